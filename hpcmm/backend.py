@@ -1,0 +1,314 @@
+"""The array side of a run: numpy on CPU, cupy on GPU.
+
+A backend owns the array module, the local GEMM, the two streams (compute and
+communication), events and timers, and pinned host buffers.  Transports and
+the engine talk to it, never to cupy directly, so the same engine code runs
+on a laptop and on a GPU node.
+
+On the CPU there are no streams: work is done when the call returns, events
+are host timestamps, and "waiting on an event" is free.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+
+__all__ = ["Backend", "CpuBackend", "GpuBackend", "gpu_count", "make_backend"]
+
+
+def _import_cupy():
+    try:
+        import cupy  # noqa: PLC0415 - optional dependency
+    except Exception:  # noqa: BLE001 - any failure means "no usable cupy"
+        return None
+    return cupy
+
+
+def gpu_count() -> int:
+    """GPUs this process can see (0 when cupy or the driver is missing)."""
+    cupy = _import_cupy()
+    if cupy is None:
+        return 0
+    try:
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # noqa: BLE001 - no driver, no device
+        return 0
+
+
+class Backend:
+    """What the engine and the transports need from an array library."""
+
+    name = "abstract"
+    on_gpu = False
+    xp: Any = np
+
+    # -- memory ---------------------------------------------------------------
+    def empty(self, shape, dtype, order="C"):
+        return self.xp.empty(shape, dtype=dtype, order=order)
+
+    def poison(self, array) -> None:
+        """Fill with NaN so that an element the run never writes shows up."""
+        if array.size:
+            array.fill(np.nan)
+
+    def from_host(self, array, order="C"):
+        return self.xp.asarray(np.asarray(array), order=order)
+
+    def to_host(self, array) -> np.ndarray:
+        return np.asarray(array)
+
+    def pinned_empty(self, nbytes: int) -> np.ndarray:
+        """A host byte buffer the device can copy to and from directly."""
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def memory_info(self) -> tuple[int, int]:
+        """``(free, total)`` bytes where the blocks live."""
+        import os  # noqa: PLC0415
+
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            avail = pages
+        return avail, pages
+
+    def peak_memory(self) -> int:
+        import resource  # noqa: PLC0415
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    # -- streams and events ---------------------------------------------------
+    compute_stream: Any = None
+    comm_stream: Any = None
+
+    def event(self, stream=None, interprocess: bool = False):
+        """Record an event on ``stream``; on the CPU, the current time."""
+        return time.perf_counter()
+
+    def wait(self, stream, event) -> None:
+        """Make ``stream`` wait for ``event`` (no host wait)."""
+
+    def event_synchronize(self, event) -> None:
+        """Block the host until ``event`` has happened."""
+
+    def elapsed(self, start, stop) -> float:
+        """Seconds between two events."""
+        return float(stop - start)
+
+    def synchronize(self) -> None:
+        """Wait for all work of this rank's device."""
+
+    def stream_synchronize(self, stream) -> None:
+        """Wait for the work queued on ``stream``."""
+
+    # -- the local product ----------------------------------------------------
+    def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
+        """``c = a @ b`` or ``c += a @ b``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement gemm")
+
+    def copy(self, dst, src, stream=None) -> None:
+        """Copy ``src`` into ``dst`` (same size) on ``stream``."""
+        dst[...] = src
+
+    def describe(self) -> dict[str, str]:
+        return {"backend": self.name}
+
+    def close(self) -> None:
+        """Release what the backend holds (streams, pools)."""
+
+
+class CpuBackend(Backend):
+    """numpy on the host; BLAS does the GEMM."""
+
+    name = "numpy"
+
+    def __init__(self) -> None:
+        self._scratch: dict[tuple, np.ndarray] = {}
+
+    def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
+        if c.size == 0:
+            return
+        if not accumulate:
+            np.matmul(a, b, out=c)
+            return
+        key = (c.shape, c.dtype.str)
+        tmp = self._scratch.get(key)
+        if tmp is None:
+            tmp = self._scratch[key] = np.empty_like(c)
+        np.matmul(a, b, out=tmp)
+        c += tmp
+
+    def close(self) -> None:
+        self._scratch.clear()
+
+
+# cuBLAS enumerations (cublas_api.h, library_types.h); cupy re-exports some of
+# them under different modules across versions, so the values are spelled here.
+_CUDA_TYPE = {"float16": 2, "float32": 0, "float64": 1, "complex64": 4, "complex128": 5}
+_COMPUTE = {"float16": 68, "float32": 68, "float64": 70, "complex64": 68, "complex128": 70}
+_COMPUTE_32F_FAST_TF32 = 77
+_GEMM_DEFAULT = -1
+_OP_N, _OP_T = 0, 1
+
+
+class GpuBackend(Backend):
+    """cupy on one GPU, chosen before any other CUDA call of the process."""
+
+    name = "cupy"
+    on_gpu = True
+
+    def __init__(self, device_id: int) -> None:
+        cupy = _import_cupy()
+        if cupy is None:
+            raise InputError("--device=gpu: cupy does not import; install hpcmm[cuda12] or [cuda13]")
+        self.cupy = cupy
+        self.xp = cupy
+        self.device_id = device_id
+        self.device = cupy.cuda.Device(device_id)
+        self.device.use()
+        # Non-blocking streams: neither waits for the legacy default stream.
+        self.compute_stream = cupy.cuda.Stream(non_blocking=True)
+        self.comm_stream = cupy.cuda.Stream(non_blocking=True)
+        from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
+
+        self._cublas = cublas
+        self._scalars: dict[tuple[str, bool], tuple[np.ndarray, np.ndarray]] = {}
+
+    def empty(self, shape, dtype, order="C"):
+        with self.device:
+            return self.cupy.empty(shape, dtype=dtype, order=order)
+
+    def from_host(self, array, order="C"):
+        with self.device:
+            return self.cupy.asarray(np.asarray(array, order=order), order=order)
+
+    def to_host(self, array) -> np.ndarray:
+        return self.cupy.asnumpy(array)
+
+    def pinned_empty(self, nbytes: int) -> np.ndarray:
+        import cupyx  # noqa: PLC0415
+
+        return cupyx.empty_pinned((nbytes,), dtype=np.uint8)
+
+    def memory_info(self) -> tuple[int, int]:
+        with self.device:
+            free, total = self.cupy.cuda.runtime.memGetInfo()
+        pool = self.cupy.get_default_memory_pool()
+        # Bytes the pool holds but does not use are as good as free to us.
+        return int(free + pool.free_bytes()), int(total)
+
+    def peak_memory(self) -> int:
+        # cupy's pool keeps what it allocated: its total is the high-water mark
+        # of this process's device memory, plus what lives outside the pool.
+        pool = self.cupy.get_default_memory_pool()
+        return int(pool.total_bytes()) + getattr(self, "extra_device_bytes", 0)
+
+    def event(self, stream=None, interprocess: bool = False):
+        ev = self.cupy.cuda.Event(disable_timing=interprocess, interprocess=interprocess)
+        ev.record(stream if stream is not None else self.compute_stream)
+        return ev
+
+    def wait(self, stream, event) -> None:
+        if event is not None:
+            stream.wait_event(event)
+
+    def event_synchronize(self, event) -> None:
+        if event is not None:
+            event.synchronize()
+
+    def elapsed(self, start, stop) -> float:
+        return self.cupy.cuda.get_elapsed_time(start, stop) / 1e3
+
+    def synchronize(self) -> None:
+        self.device.synchronize()
+
+    def stream_synchronize(self, stream) -> None:
+        stream.synchronize()
+
+    def copy(self, dst, src, stream=None) -> None:
+        nbytes = dst.nbytes
+        if nbytes == 0:
+            return
+        stream = stream if stream is not None else self.comm_stream
+        src_ptr = src.data.ptr if hasattr(src, "data") and hasattr(src.data, "ptr") else src.ctypes.data
+        dst_ptr = dst.data.ptr if hasattr(dst, "data") and hasattr(dst.data, "ptr") else dst.ctypes.data
+        # cudaMemcpyDefault: the driver tells host from device by the address.
+        self.cupy.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, 4, stream.ptr)
+
+    def _scalar_pair(self, dtype: str, accumulate: bool, tf32: bool):
+        key = (dtype, accumulate)
+        if key not in self._scalars:
+            scale = np.float64 if _COMPUTE[dtype] == 70 else np.float32
+            if dtype.startswith("complex"):
+                scale = np.complex128 if dtype == "complex128" else np.complex64
+            self._scalars[key] = (np.ones(1, scale), np.full(1, 1 if accumulate else 0, scale))
+        return self._scalars[key]
+
+    def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
+        """``c (+)= a @ b`` through cublasGemmEx on the compute stream.
+
+        ``a`` is column-major (m×w), ``b`` and ``c`` row-major; cuBLAS thinks in
+        column-major, so we compute cᵀ = bᵀ·aᵀ: bᵀ is b's memory as is (op N,
+        ld = n), aᵀ is a's memory transposed (op T, ld = m).
+        """
+        m, n = c.shape
+        w = a.shape[1]
+        if m == 0 or n == 0:
+            return
+        if not (a.flags.f_contiguous and b.flags.c_contiguous and c.flags.c_contiguous):
+            raise ValueError("gemm wants a column-major, b and c row-major")
+        dtype = c.dtype.name
+        alpha, beta = self._scalar_pair(dtype, accumulate, tf32)
+        compute = _COMPUTE_32F_FAST_TF32 if tf32 else _COMPUTE[dtype]
+        stream = stream if stream is not None else self.compute_stream
+        handle = self.device.cublas_handle
+        with stream:
+            self._cublas.setStream(handle, stream.ptr)
+            self._cublas.gemmEx(
+                handle, _OP_N, _OP_T, n, m, w,
+                alpha.ctypes.data, b.data.ptr, _CUDA_TYPE[dtype], n,
+                a.data.ptr, _CUDA_TYPE[dtype], max(m, 1),
+                beta.ctypes.data, c.data.ptr, _CUDA_TYPE[dtype], n,
+                compute, _GEMM_DEFAULT,
+            )
+
+    def describe(self) -> dict[str, str]:
+        props = self.cupy.cuda.runtime.getDeviceProperties(self.device_id)
+        name = props["name"]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        uuid = props.get("uuid", b"")
+        if isinstance(uuid, (bytes, bytearray)) and uuid:
+            h = uuid.hex()
+            uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+        pci = f"{props.get('pciDomainID', 0):04x}:{props.get('pciBusID', 0):02x}:{props.get('pciDeviceID', 0):02x}.0"
+        return {"backend": self.name, "gpu_name": name, "gpu_uuid": str(uuid), "gpu_pci": pci,
+                "gpu_index": str(self.device_id)}
+
+    def close(self) -> None:
+        self.synchronize()
+
+
+def make_backend(device: str, local_rank: int, local_size: int) -> Backend:
+    """Pick numpy or cupy and bind this rank to its GPU.
+
+    Parameters
+    ----------
+    device : {"auto", "gpu", "cpu"}
+        ``auto`` takes a GPU when cupy imports and sees one.
+    local_rank, local_size : int
+        This rank's place among the ranks of its node: rank ``i`` takes GPU
+        ``i % count`` (more ranks than GPUs share them round robin).
+    """
+    if device == "cpu":
+        return CpuBackend()
+    count = gpu_count()
+    if count == 0:
+        if device == "gpu":
+            raise InputError("--device=gpu: no usable GPU (cupy missing or no CUDA device visible)")
+        return CpuBackend()
+    return GpuBackend(local_rank % count)

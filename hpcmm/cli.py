@@ -1,0 +1,203 @@
+"""Command line: ``python -m hpcmm [run|info|bench|report]``.
+
+Examples::
+
+    mpiexec -n 4 python -m hpcmm --m 8192 --n 8192 --k 8192 --out run.h5
+    mpiexec -n 2 python -m hpcmm info
+    mpiexec -n 2 python -m hpcmm bench
+    mpiexec -n 2 python -m hpcmm bench transport
+    python -m hpcmm report run.h5 --plot timeline.png
+
+Exit status: 0 success, 1 verification failed (or an unexpected error),
+2 bad input.  Only rank 0 prints, except errors: a bad input is reported by
+every rank, with the same one line.  An unexpected exception on one rank
+aborts the whole job (``MPI.Abort``) so that no rank is left waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from .config import DEVICES, DTYPES, TRISTATE, VERIFY_MODES, RunConfig, parse_grid, parse_matrix_source
+from .config import parse_positive_int, settings_from_environment
+from .errors import HpcmmError, InputError
+
+__all__ = ["main", "build_parser"]
+
+SUBCOMMANDS = ("run", "info", "bench", "report")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`InputError` (one line) instead of printing usage and exiting."""
+
+    def error(self, message: str):
+        raise InputError(message)
+
+
+def _int(name: str, minimum: int = 1):
+    return lambda text: parse_positive_int(name, text, minimum=minimum)
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("problem")
+    g.add_argument("--m", type=_int("--m"), help="rows of A and C")
+    g.add_argument("--n", type=_int("--n"), help="columns of B and C")
+    g.add_argument("--k", type=_int("--k"), help="columns of A, rows of B")
+    g.add_argument("--dtype", choices=DTYPES, help="element type (default float64)")
+    g.add_argument("--tf32", action="store_true", default=None, help="float32 on TF32 tensor cores")
+    g.add_argument("--seed", type=_int("--seed", 0), help="seed of the generated matrices")
+    g.add_argument("--a", type=lambda t: parse_matrix_source("--a", t), metavar="FILE.h5:DATASET|FILE.npy")
+    g.add_argument("--b", type=lambda t: parse_matrix_source("--b", t), metavar="FILE.h5:DATASET|FILE.npy")
+    g.add_argument("--allow-nonfinite", action="store_true", default=None,
+                   help="run even if the inputs hold NaN or Inf")
+    g = p.add_argument_group("placement")
+    g.add_argument("--device", choices=DEVICES, help="where to compute (default auto: GPU if usable)")
+    g.add_argument("--grid", type=parse_grid, metavar="PRxPC", help="process grid (default MPI.Compute_dims)")
+    g.add_argument("--ranks-per-node", type=_int("--ranks-per-node"), metavar="R",
+                   help="treat each group of R ranks of a machine as a separate node")
+    g.add_argument("--cuda-aware-mpi", choices=TRISTATE, help="may device buffers go to MPI (default auto)")
+    g = p.add_argument_group("algorithm")
+    g.add_argument("--panel", type=_int("--panel"), metavar="W", help="SUMMA panel width (default: chosen)")
+    g.add_argument("--prefetch", type=_int("--prefetch", 0), metavar="D", help="panels in flight (default 1)")
+    g = p.add_argument_group("measurement and output")
+    g.add_argument("--warmup", type=_int("--warmup", 0), metavar="W", help="untimed products (default 1)")
+    g.add_argument("--iters", type=_int("--iters"), metavar="I", help="timed products (default 3)")
+    g.add_argument("--verify", choices=VERIFY_MODES, help="check of C (default freivalds)")
+    g.add_argument("--out", metavar="FILE.h5", help="results file (default hpcmm-results.h5)")
+    g.add_argument("--overwrite", action="store_true", default=None, help="replace an existing --out")
+    g.add_argument("--save-c", action="store_true", default=None, help="store the product as /result/C")
+    g.add_argument("--no-timeline", dest="timeline", action="store_false", default=None,
+                   help="do not keep per-event start/end times")
+    g.add_argument("--quiet", action="store_true", default=None, help="print only the summary")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__  # noqa: PLC0415
+
+    parser = _Parser(prog="python -m hpcmm", description="Dense matrix products over many GPUs with MPI.")
+    parser.add_argument("--version", action="version", version=f"hpcmm {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    _add_run_options(sub.add_parser("run", help="multiply, verify, write the HDF5 file (default)"))
+    _add_run_options(sub.add_parser("info", help="where each rank runs; MPI, CUDA, HDF5 facts"))
+    bench = sub.add_parser("bench", help="benchmark: hpcmm against one GPU and the peers")
+    bench.add_argument("what", nargs="?", choices=("gemm", "transport"), default="gemm")
+    _add_run_options(bench)
+    bench.add_argument("--cases", help="semicolon-separated cases, e.g. 'float64:16384;float32:8192x4096x2048'")
+    bench.add_argument("--sizes", help="transport sizes in MiB, comma separated (default 1..1024)")
+    bench.add_argument("--no-peers", action="store_true", help="skip cuBLASMp and Heat")
+    report = sub.add_parser("report", help="summary of a results file; --plot draws the timeline")
+    report.add_argument("file")
+    report.add_argument("--plot", metavar="PNG", help="draw the Gantt chart of the timed iterations")
+    report.add_argument("--iteration", type=_int("--iteration", 0), default=None)
+    return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse, with ``run`` as the default subcommand."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first not in SUBCOMMANDS and not any(a in ("-h", "--help", "--version") for a in argv[:1]):
+        argv = ["run", *argv]
+    elif first is None and not argv:
+        argv = ["run"]
+    return build_parser().parse_args(argv)
+
+
+def config_from(ns: argparse.Namespace, environ=None) -> tuple[RunConfig, str]:
+    """Command line over ``HPCMM_*`` over defaults.  Also returns where CUDA-awareness was set."""
+    values = settings_from_environment(environ)
+    source = "HPCMM_CUDA_AWARE_MPI" if "cuda_aware_mpi" in values else "--cuda-aware-mpi"
+    for field in RunConfig.__dataclass_fields__:
+        if getattr(ns, field, None) is not None:
+            values[field] = getattr(ns, field)
+            if field == "cuda_aware_mpi":
+                source = "--cuda-aware-mpi"
+    return RunConfig(**values), source
+
+
+def _install_signal_handlers() -> None:
+    """SIGTERM/SIGINT (a batch system's time limit, Ctrl-C): remove partial files and leave.
+
+    No collective work is attempted: the other ranks get the same signal or are
+    ended by the launcher.  Exported device memory is released by the driver
+    when the process ends.
+    """
+    from .run import cleanup_on_signal  # noqa: PLC0415
+
+    def handler(signum, frame):  # noqa: ARG001
+        cleanup_on_signal()
+        name = signal.Signals(signum).name
+        sys.stderr.write(f"hpcmm: stopped by {name}; no results written\n")
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def _print(rank: int, text: str, err: bool = False) -> None:
+    if rank == 0:
+        stream = sys.stderr if err else sys.stdout
+        stream.write(text + "\n")
+        stream.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m hpcmm``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from mpi4py import MPI  # noqa: PLC0415
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    _install_signal_handlers()
+    try:
+        ns = parse(argv)
+        if ns.command == "report":
+            from .report import report_main  # noqa: PLC0415
+
+            return report_main(ns) if rank == 0 else 0
+        config, source = config_from(ns)
+        if ns.command == "info":
+            from .info import info_main  # noqa: PLC0415
+
+            return info_main(config, comm, source)
+        if ns.command == "bench":
+            from .bench import bench_main  # noqa: PLC0415
+
+            return bench_main(ns, config, comm, source)
+        return _run_main(config, comm, source, argv)
+    except HpcmmError as exc:
+        # Raised on every rank with the same text (bad input is checked everywhere).
+        sys.stderr.write(f"hpcmm: error: {exc}\n")
+        sys.stderr.flush()
+        return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - a bug or a failure on this rank only
+        import traceback  # noqa: PLC0415
+
+        traceback.print_exc()
+        sys.stderr.write(f"hpcmm: rank {rank}: {type(exc).__name__}: {exc}; aborting all ranks\n")
+        sys.stderr.flush()
+        if comm.Get_size() > 1:
+            comm.Abort(1)
+        return 1
+
+
+def _run_main(config: RunConfig, comm, source: str, argv: list[str]) -> int:
+    from .run import run  # noqa: PLC0415
+    from .summary import print_summary  # noqa: PLC0415
+
+    rank = comm.Get_rank()
+    progress = None if config.quiet else (lambda msg: _print(rank, f"hpcmm: {msg}", err=True))
+    result = None
+    try:
+        result = run(config, comm, cuda_aware_source=source, progress=progress,
+                     argv=["python -m hpcmm", *argv])
+    except HpcmmError as exc:
+        if rank == 0 and getattr(exc, "summary", None):
+            print_summary(exc.summary, config.out)
+        raise
+    if rank == 0:
+        print_summary(result.summary, result.path)
+    return 0

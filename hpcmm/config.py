@@ -1,0 +1,281 @@
+"""The settings of one run: a frozen dataclass, the ``HPCMM_*`` table, validation.
+
+Precedence is explicit argument > environment variable > default, as in
+COSMA's ``environment_variables.hpp``; every ``HPCMM_*`` name lives in
+:data:`ENVIRONMENT` and nowhere else.  Validation raises
+:class:`~hpcmm.errors.InputError` with the bad value in the message.  It uses no
+MPI, so every rank validates the same arguments and reaches the same verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+
+from .errors import InputError
+
+__all__ = [
+    "DTYPES",
+    "ENVIRONMENT",
+    "RunConfig",
+    "parse_grid",
+    "parse_matrix_source",
+    "parse_positive_int",
+    "settings_from_environment",
+]
+
+#: Element types the product supports (``--dtype``).
+DTYPES = ("float64", "float32", "float16", "complex128", "complex64")
+DEVICES = ("auto", "gpu", "cpu")
+VERIFY_MODES = ("freivalds", "full", "none")
+TRISTATE = ("auto", "yes", "no")
+
+#: Default problem: big enough to keep one modern GPU busy, small enough for a laptop.
+DEFAULT_SIZE_GPU = 8192
+DEFAULT_SIZE_CPU = 1024
+
+
+def parse_positive_int(name: str, text: object, *, minimum: int = 1) -> int:
+    """Parse ``text`` as an integer of at least ``minimum``.
+
+    Raises
+    ------
+    InputError
+        Naming ``name`` and the bad value.
+    """
+    if isinstance(text, bool):
+        raise InputError(f"{name}={text!r}: expected an integer >= {minimum}")
+    if isinstance(text, int):
+        value = text
+    else:
+        s = str(text).strip()
+        if not re.fullmatch(r"[+-]?\d+", s):
+            raise InputError(f"{name}={text!r}: expected an integer >= {minimum}")
+        value = int(s)
+    if value < minimum:
+        raise InputError(f"{name}={value}: expected an integer >= {minimum}")
+    return value
+
+
+def parse_grid(text: str) -> tuple[int, int]:
+    """Parse ``PRxPC`` (for example ``2x4``) into ``(rows, cols)``."""
+    m = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", str(text))
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise InputError(f"--grid={text!r}: expected PRxPC with positive integers, e.g. 2x4")
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_matrix_source(name: str, text: str) -> tuple[str, str | None]:
+    """Split ``FILE.h5:DATASET`` or ``FILE.npy`` into ``(path, dataset)``."""
+    path, sep, dataset = str(text).rpartition(":")
+    if not sep:
+        path, dataset = text, None
+    if path.endswith(".npy"):
+        if dataset is not None:
+            raise InputError(f"{name}={text!r}: a .npy file holds one array; drop ':{dataset}'")
+        return path, None
+    if not path.endswith((".h5", ".hdf5", ".hdf")):
+        raise InputError(f"{name}={text!r}: expected FILE.h5:DATASET or FILE.npy")
+    if not dataset:
+        raise InputError(f"{name}={text!r}: name the dataset, as FILE.h5:DATASET")
+    return path, dataset
+
+
+def _choice(name: str, allowed: tuple[str, ...]):
+    def parse(text: str) -> str:
+        value = str(text).strip().lower()
+        if value not in allowed:
+            raise InputError(f"{name}={text!r}: expected one of {', '.join(allowed)}")
+        return value
+
+    return parse
+
+
+def _tristate(name: str):
+    parse = _choice(name, TRISTATE + ("1", "0", "true", "false", "on", "off"))
+
+    def norm(text: str) -> str:
+        value = parse(text)
+        return {"1": "yes", "true": "yes", "on": "yes", "0": "no", "false": "no", "off": "no"}.get(
+            value, value
+        )
+
+    return norm
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSetting:
+    """One ``HPCMM_*`` variable: which field it sets and how it is parsed."""
+
+    field: str
+    parse: object
+    help: str
+
+
+#: Every environment variable hpcmm reads.  Unknown ``HPCMM_*`` names are rejected.
+ENVIRONMENT: dict[str, EnvSetting] = {
+    "HPCMM_DEVICE": EnvSetting("device", _choice("HPCMM_DEVICE", DEVICES), "auto, gpu or cpu"),
+    "HPCMM_CUDA_AWARE_MPI": EnvSetting(
+        "cuda_aware_mpi", _tristate("HPCMM_CUDA_AWARE_MPI"), "auto, yes or no"
+    ),
+    "HPCMM_RANKS_PER_NODE": EnvSetting(
+        "ranks_per_node",
+        lambda t: parse_positive_int("HPCMM_RANKS_PER_NODE", t),
+        "treat each group of R ranks of a machine as one node",
+    ),
+    "HPCMM_PANEL": EnvSetting(
+        "panel", lambda t: parse_positive_int("HPCMM_PANEL", t), "SUMMA panel width"
+    ),
+    "HPCMM_PREFETCH": EnvSetting(
+        "prefetch",
+        lambda t: parse_positive_int("HPCMM_PREFETCH", t, minimum=0),
+        "panels in flight ahead of the GEMM",
+    ),
+    "HPCMM_TIMELINE": EnvSetting(
+        "timeline", _tristate("HPCMM_TIMELINE"), "record every transfer and GEMM (yes/no)"
+    ),
+}
+
+
+def settings_from_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """Read the ``HPCMM_*`` variables into config field values.
+
+    Raises
+    ------
+    InputError
+        For a malformed value or an ``HPCMM_*`` name hpcmm does not know.
+    """
+    environ = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for name, text in environ.items():
+        if not name.startswith("HPCMM_"):
+            continue
+        setting = ENVIRONMENT.get(name)
+        if setting is None:
+            if name in _PASSIVE_VARIABLES:
+                continue
+            known = ", ".join(sorted(ENVIRONMENT))
+            raise InputError(f"{name}={text!r}: unknown setting (known: {known})")
+        values[setting.field] = setting.parse(text)
+    if "timeline" in values:
+        values["timeline"] = values["timeline"] == "yes"
+    return values
+
+
+# Variables of the batch scripts in jobs/ that travel in the same environment.
+_PASSIVE_VARIABLES = frozenset(
+    {
+        "HPCMM_ARGS",
+        "HPCMM_M",
+        "HPCMM_N",
+        "HPCMM_K",
+        "HPCMM_SITE_MPI",
+        "HPCMM_LAUNCHER",
+        "HPCMM_SRUN_MPI",
+        "HPCMM_PYTHON",
+        "HPCMM_OUT_DIR",
+        "HPCMM_SIZES",
+        "HPCMM_DTYPE",
+    }
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything one product run needs to know.
+
+    Sizes left as ``None`` are resolved once the device is known
+    (:meth:`with_default_size`) or taken from the input files.
+    """
+
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+    dtype: str = "float64"
+    device: str = "auto"
+    grid: tuple[int, int] | None = None
+    panel: int | None = None
+    prefetch: int = 1
+    seed: int = 42
+    a: tuple[str, str | None] | None = None
+    b: tuple[str, str | None] | None = None
+    verify: str = "freivalds"
+    warmup: int = 1
+    iters: int = 3
+    out: str = "hpcmm-results.h5"
+    overwrite: bool = False
+    save_c: bool = False
+    cuda_aware_mpi: str = "auto"
+    ranks_per_node: int | None = None
+    allow_nonfinite: bool = False
+    tf32: bool = False
+    timeline: bool = True
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k"):
+            value = getattr(self, name)
+            if value is not None:
+                parse_positive_int(f"--{name}", value)
+        if self.dtype not in DTYPES:
+            raise InputError(f"--dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if self.device not in DEVICES:
+            raise InputError(f"--device={self.device!r}: expected one of {', '.join(DEVICES)}")
+        if self.verify not in VERIFY_MODES:
+            raise InputError(f"--verify={self.verify!r}: expected one of {', '.join(VERIFY_MODES)}")
+        if self.cuda_aware_mpi not in TRISTATE:
+            raise InputError(
+                f"--cuda-aware-mpi={self.cuda_aware_mpi!r}: expected one of {', '.join(TRISTATE)}"
+            )
+        if self.panel is not None:
+            parse_positive_int("--panel", self.panel)
+        parse_positive_int("--prefetch", self.prefetch, minimum=0)
+        if self.prefetch > 8:
+            raise InputError(f"--prefetch={self.prefetch}: expected at most 8 panels in flight")
+        parse_positive_int("--iters", self.iters)
+        parse_positive_int("--warmup", self.warmup, minimum=0)
+        parse_positive_int("--seed", self.seed, minimum=0)
+        if self.ranks_per_node is not None:
+            parse_positive_int("--ranks-per-node", self.ranks_per_node)
+        if self.tf32 and self.dtype != "float32":
+            raise InputError(f"--tf32 applies to float32 only, not --dtype={self.dtype}")
+        if (self.a is None) != (self.b is None):
+            raise InputError("--a and --b go together: give both input files or neither")
+        if self.a is not None and any(v is not None for v in (self.m, self.n, self.k)):
+            raise InputError("--m/--n/--k and --a/--b exclude each other: sizes come from the files")
+        if not str(self.out).endswith((".h5", ".hdf5")):
+            raise InputError(f"--out={self.out!r}: expected a file name ending in .h5")
+
+    @property
+    def ring_depth(self) -> int:
+        """Panel buffers per operand: the panel in use plus those in flight."""
+        return self.prefetch + 1
+
+    def with_default_size(self, on_gpu: bool) -> RunConfig:
+        """Fill unset sizes with the default problem for the device."""
+        if self.a is not None:
+            return self
+        size = DEFAULT_SIZE_GPU if on_gpu else DEFAULT_SIZE_CPU
+        return dataclasses.replace(
+            self, m=self.m or size, n=self.n or size, k=self.k or size
+        )
+
+    def replace(self, **changes) -> RunConfig:
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def as_attributes(self) -> dict[str, object]:
+        """The settings as HDF5-friendly scalars (``None`` becomes ``""``)."""
+        out: dict[str, object] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                value = ""
+            elif isinstance(value, tuple):
+                value = "x".join(map(str, value)) if f.name == "grid" else ":".join(
+                    v for v in value if v
+                )
+            out[f.name] = value
+        return out

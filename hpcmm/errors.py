@@ -1,0 +1,106 @@
+"""Errors that every rank agrees on.
+
+An MPI program that raises on one rank and not on the others hangs: the others
+wait in the next collective.  hpcmm therefore turns a local failure into the
+same exception on all ranks (:func:`agree`), the way Heat combines error flags
+with an ``allreduce``, and reserves ``MPI.Abort`` for failures that cannot be
+made collective (see :mod:`hpcmm.cli`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+__all__ = [
+    "HpcmmError",
+    "InputError",
+    "VerificationError",
+    "agree",
+    "collective",
+]
+
+
+class HpcmmError(Exception):
+    """Base of hpcmm's errors; ``exit_code`` is the process exit status."""
+
+    exit_code = 1
+
+
+class InputError(HpcmmError, ValueError):
+    """Bad input: a setting, a file or a size the run cannot use (exit status 2)."""
+
+    exit_code = 2
+
+
+class VerificationError(HpcmmError):
+    """The product failed its check (exit status 1)."""
+
+    exit_code = 1
+
+
+def _describe(exc: BaseException) -> tuple[str, str, int]:
+    if isinstance(exc, HpcmmError):
+        return type(exc).__name__, str(exc), exc.exit_code
+    # An unexpected exception: keep its type in the text so the cause stays visible.
+    return "HpcmmError", f"{type(exc).__name__}: {exc}", 1
+
+
+_KINDS = {cls.__name__: cls for cls in (HpcmmError, InputError, VerificationError)}
+
+
+def agree(comm, exc: BaseException | None) -> None:
+    """Raise the same error on every rank if any rank passes one.
+
+    Collective over ``comm``.  The error of the lowest failing rank wins; an
+    error that only some ranks saw is re-raised everywhere with the rank that
+    saw it named, unless all ranks saw the same message (bad input checked on
+    every rank), which is then kept as it is.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm or None
+        Communicator; ``None`` means a single process.
+    exc : BaseException or None
+        This rank's failure, or ``None``.
+
+    Raises
+    ------
+    HpcmmError
+        On every rank, when any rank passed an error.
+    """
+    mine = None if exc is None else _describe(exc)
+    everyone = [mine] if comm is None else comm.allgather(mine)
+    failed = [(rank, err) for rank, err in enumerate(everyone) if err is not None]
+    if not failed:
+        return
+    rank, (kind, message, code) = failed[0]
+    same_everywhere = len(failed) == len(everyone) and all(
+        err[1] == message for _, err in failed
+    )
+    if not same_everywhere and len(everyone) > 1:
+        message = f"{message} (raised by rank {rank})"
+    error = _KINDS.get(kind, HpcmmError)(message)
+    error.exit_code = code
+    if exc is not None and error.__cause__ is None:
+        raise error from exc
+    raise error
+
+
+@contextlib.contextmanager
+def collective(comm) -> Iterator[None]:
+    """Run a block whose failure on any rank must fail it on all ranks.
+
+    Every rank must enter and leave the block; the exit is a collective call.
+
+    Examples
+    --------
+    >>> with collective(comm):          # doctest: +SKIP
+    ...     check_output_path(path)      # may raise on rank 0 only
+    """
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - re-raised on every rank below
+        agree(comm, exc)
+        raise  # unreachable: agree always raises when given an error
+    agree(comm, None)

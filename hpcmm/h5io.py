@@ -1,0 +1,166 @@
+"""The results file: one HDF5 file per run, never seen half-written.
+
+Rank 0 writes the metadata, timings and summary into a hidden temporary file
+beside the final name; with ``--save-c`` the ranks then write their blocks of
+``/result/C`` (collectively through MPI-IO where h5py has parallel HDF5,
+otherwise one rank after another); rank 0 flushes the file to disk and only
+then renames it to the final name (``rename`` within one directory is atomic).
+Without ``--overwrite`` the final step is ``link``, which fails rather than
+replace a file that appeared meanwhile.  The schema is in docs/hdf5-schema.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+
+import h5py
+import numpy as np
+
+from .errors import InputError
+
+__all__ = ["check_output_path", "temporary_path", "write_results", "publish", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = "1"
+
+
+def check_output_path(path: str, overwrite: bool) -> None:
+    """Refuse an output path we cannot or must not write (before any heavy work)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise InputError(f"--out={path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InputError(f"--out={path}: directory {directory} is not writable")
+    if os.path.isdir(path):
+        raise InputError(f"--out={path}: is a directory")
+    if os.path.exists(path) and not overwrite:
+        raise InputError(f"--out={path}: file exists (pass --overwrite to replace it)")
+
+
+def temporary_path(path: str) -> str:
+    """A fresh hidden name beside ``path`` (same file system, so the rename is atomic)."""
+    directory, base = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=directory)
+    os.close(fd)
+    return tmp
+
+
+def _attrs(node, values: dict) -> None:
+    for key, value in values.items():
+        if value is None:
+            value = ""
+        if isinstance(value, (list, tuple)):
+            value = np.array([str(v) for v in value], dtype=h5py.string_dtype()) if (
+                not value or isinstance(value[0], str)) else np.asarray(value)
+        node.attrs[key] = value
+
+
+def _table(group, name: str, rows: list[dict], strings=()) -> None:
+    """A compound dataset from a list of dicts with the same keys."""
+    if not rows:
+        return
+    fields = []
+    for key, value in rows[0].items():
+        if key in strings or isinstance(value, str):
+            fields.append((key, h5py.string_dtype()))
+        elif isinstance(value, float):
+            fields.append((key, np.float64))
+        else:
+            fields.append((key, np.int64))
+    data = np.empty(len(rows), dtype=fields)
+    for i, row in enumerate(rows):
+        data[i] = tuple(row[k] for k, _ in fields)
+    group.create_dataset(name, data=data)
+
+
+def write_results(tmp: str, meta: dict) -> None:
+    """Rank 0: everything but the product itself, into the temporary file.
+
+    ``meta`` keys: ``root`` (attrs), ``config`` (attrs), ``versions`` (attrs),
+    ``topology`` (rows), ``steps`` (rows), ``iteration_seconds`` (ranks × iters),
+    ``step_seconds`` (ranks × iters × steps × 3), ``timeline`` (events × 7 or None),
+    ``transfers`` (rows), ``memory`` (rows), ``summary`` (attrs),
+    ``c_shape``/``c_dtype`` (or None when C is not saved), ``extra`` (name → (attrs, {dataset: array})).
+    """
+    with h5py.File(tmp, "w") as f:
+        _attrs(f, {"schema_version": SCHEMA_VERSION, **meta["root"]})
+        _attrs(f.create_group("config"), meta["config"])
+        _attrs(f.create_group("versions"), meta["versions"])
+        _table(f, "topology", meta["topology"])
+        timings = f.create_group("timings")
+        timings.create_dataset("iteration_seconds", data=meta["iteration_seconds"])
+        sd = timings.create_dataset("step_seconds", data=meta["step_seconds"], compression="gzip")
+        sd.attrs["phases"] = np.array(["gemm", "comm", "wait"], dtype=h5py.string_dtype())
+        sd.attrs["dims"] = np.array(["rank", "iteration", "step", "phase"], dtype=h5py.string_dtype())
+        _table(timings, "steps", meta["steps"])
+        if meta.get("timeline") is not None:
+            tl = f.create_group("timeline")
+            ev = tl.create_dataset("events", data=meta["timeline"], compression="gzip")
+            ev.attrs["columns"] = np.array(
+                ["rank", "iteration", "stream", "kind", "step", "start", "end"], dtype=h5py.string_dtype()
+            )
+            ev.attrs["streams"] = np.array(["compute", "comm"], dtype=h5py.string_dtype())
+            ev.attrs["kinds"] = np.array(["gemm", "A", "B"], dtype=h5py.string_dtype())
+            _attrs(tl, meta.get("timeline_attrs", {}))
+        _table(f, "transfers", meta["transfers"])
+        _table(f, "memory", meta["memory"])
+        _attrs(f.create_group("summary"), meta["summary"])
+        for name, (attrs, datasets) in meta.get("extra", {}).items():
+            group = f.require_group(name)
+            _attrs(group, attrs)
+            for dname, data in datasets.items():
+                if isinstance(data, list):
+                    _table(group, dname, data)
+                else:
+                    group.create_dataset(dname, data=data)
+        if meta.get("c_shape") is not None:
+            f.create_group("result").create_dataset(
+                "C", shape=meta["c_shape"], dtype=meta["c_dtype"], fillvalue=np.nan
+            )
+
+
+def write_c_block(comm, tmp: str, block: np.ndarray, rows, cols) -> None:
+    """Collective: every rank writes its block of ``/result/C``."""
+    (r0, r1), (c0, c1) = rows, cols
+    if h5py.get_config().mpi and comm.Get_size() > 1:
+        with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
+            dset = f["result/C"]
+            with dset.collective:
+                dset[r0:r1, c0:c1] = block
+        return
+    # Serial HDF5: one writer at a time, in rank order, passing a token.
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if rank > 0:
+        comm.recv(source=rank - 1, tag=77)
+    error = None
+    try:
+        if block.size:
+            with h5py.File(tmp, "r+") as f:
+                f["result/C"][r0:r1, c0:c1] = block
+    except Exception as exc:  # noqa: BLE001 - pass the token on, then fail together
+        error = exc
+    if rank + 1 < size:
+        comm.send(True, dest=rank + 1, tag=77)
+    if error is not None:
+        raise error
+
+
+def publish(tmp: str, path: str, overwrite: bool) -> None:
+    """Rank 0: make the complete temporary file appear under ``path``."""
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    if overwrite:
+        os.replace(tmp, path)
+    else:
+        try:
+            os.link(tmp, path)  # fails if the name exists: nothing is replaced
+        except FileExistsError:
+            raise InputError(f"--out={path}: file appeared during the run (pass --overwrite)") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    with contextlib.suppress(OSError):
+        dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+        os.fsync(dfd)
+        os.close(dfd)

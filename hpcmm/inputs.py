@@ -1,0 +1,154 @@
+"""Where A and B come from: generated from a seed, or read from files.
+
+Generated matrices are cut into fixed tiles of ``TILE × TILE`` elements, and
+each tile is drawn from its own stream, seeded by (seed, matrix, tile row,
+tile column).  A rank draws the tiles its block touches, so the global matrix
+is the same for every rank count and grid, and no rank ever holds more than
+its block (plus one tile row).
+
+Files: ``FILE.h5:DATASET`` (h5py) or ``FILE.npy`` (memory-mapped); each rank
+reads only its block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+from .errors import InputError
+
+__all__ = ["TILE", "MatrixSource", "generate_block", "open_source"]
+
+TILE = 1024
+_MATRIX_ID = {"A": 1, "B": 2, "x": 3}
+
+
+def _tile(seed: int, which: str, ti: int, tj: int, shape, dtype: np.dtype) -> np.ndarray:
+    rng = np.random.default_rng([seed, _MATRIX_ID[which], ti, tj])
+    values = rng.random(shape) * 2.0 - 1.0
+    if dtype.kind == "c":
+        values = values + 1j * (rng.random(shape) * 2.0 - 1.0)
+    return values.astype(dtype, copy=False)
+
+
+def generate_block(seed: int, which: str, shape, rows, cols, dtype) -> np.ndarray:
+    """The block ``[rows[0]:rows[1], cols[0]:cols[1]]`` of generated matrix ``which``.
+
+    Parameters
+    ----------
+    seed : int
+        The run's seed.
+    which : {"A", "B"}
+    shape : tuple of int
+        Global shape (only the tiling depends on it).
+    rows, cols : tuple of int
+        Half-open global ranges.
+    dtype : numpy dtype
+
+    Examples
+    --------
+    >>> full = generate_block(1, "A", (5, 3), (0, 5), (0, 3), np.float64)
+    >>> np.array_equal(generate_block(1, "A", (5, 3), (2, 4), (1, 3), np.float64), full[2:4, 1:3])
+    True
+    """
+    dtype = np.dtype(dtype)
+    r0, r1 = rows
+    c0, c1 = cols
+    out = np.empty((r1 - r0, c1 - c0), dtype=dtype)
+    if out.size == 0:
+        return out
+    rows_total, cols_total = shape
+    for ti in range(r0 // TILE, (r1 - 1) // TILE + 1):
+        tr0, tr1 = ti * TILE, min((ti + 1) * TILE, rows_total)
+        for tj in range(c0 // TILE, (c1 - 1) // TILE + 1):
+            tc0, tc1 = tj * TILE, min((tj + 1) * TILE, cols_total)
+            tile = _tile(seed, which, ti, tj, (tr1 - tr0, tc1 - tc0), dtype)
+            lo_r, hi_r = max(r0, tr0), min(r1, tr1)
+            lo_c, hi_c = max(c0, tc0), min(c1, tc1)
+            out[lo_r - r0 : hi_r - r0, lo_c - c0 : hi_c - c0] = tile[
+                lo_r - tr0 : hi_r - tr0, lo_c - tc0 : hi_c - tc0
+            ]
+    return out
+
+
+def random_vector(seed: int, n: int, dtype=np.float64) -> np.ndarray:
+    """The verification vector: the same on every rank."""
+    rng = np.random.default_rng([seed, _MATRIX_ID["x"]])
+    return (rng.random(n) * 2.0 - 1.0).astype(dtype)
+
+
+_SUPPORTED_KINDS = "fc"
+
+
+@dataclasses.dataclass(frozen=True)
+class MatrixSource:
+    """A matrix in a file: where, its shape and element type."""
+
+    flag: str
+    path: str
+    dataset: str | None
+    shape: tuple[int, int]
+    dtype: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.path}:{self.dataset}" if self.dataset else self.path
+
+    def read(self, rows, cols) -> np.ndarray:
+        """Read the block ``[rows, cols]`` (this rank's only)."""
+        (r0, r1), (c0, c1) = rows, cols
+        if self.dataset is None:
+            array = np.load(self.path, mmap_mode="r")
+            return np.array(array[r0:r1, c0:c1])
+        import h5py  # noqa: PLC0415
+
+        with h5py.File(self.path, "r") as f:
+            return f[self.dataset][r0:r1, c0:c1]
+
+
+def open_source(flag: str, path: str, dataset: str | None) -> MatrixSource:
+    """Inspect a matrix file without reading its data.
+
+    Raises
+    ------
+    InputError
+        Missing file, not HDF5/NumPy, missing dataset, not 2-D, empty, or an
+        element type that is not real or complex floating point or integer.
+    """
+    label = f"{flag}={path}" + (f":{dataset}" if dataset else "")
+    if not os.path.isfile(path):
+        raise InputError(f"{label}: no such file")
+    if dataset is None:
+        try:
+            array = np.load(path, mmap_mode="r")
+        except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
+            raise InputError(f"{label}: not a NumPy .npy file ({type(exc).__name__})") from exc
+        shape, dtype = array.shape, array.dtype
+    else:
+        import h5py  # noqa: PLC0415
+
+        if not h5py.is_hdf5(path):
+            raise InputError(f"{label}: not an HDF5 file")
+        with h5py.File(path, "r") as f:
+            if dataset not in f or not isinstance(f[dataset], h5py.Dataset):
+                raise InputError(f"{label}: no dataset '{dataset}' in {path}")
+            shape, dtype = f[dataset].shape, f[dataset].dtype
+    if len(shape) != 2:
+        raise InputError(f"{label}: expected a 2-D matrix, found shape {tuple(shape)}")
+    if 0 in shape:
+        raise InputError(f"{label}: empty matrix of shape {tuple(shape)}")
+    if dtype.kind not in _SUPPORTED_KINDS + "iu":
+        raise InputError(f"{label}: unsupported element type {dtype} (expected float, complex or int)")
+    return MatrixSource(flag, path, dataset, (int(shape[0]), int(shape[1])), str(dtype))
+
+
+def check_pair(a: MatrixSource, b: MatrixSource) -> tuple[int, int, int]:
+    """``(m, n, k)`` of A·B, or why the shapes do not agree."""
+    (m, ka), (kb, n) = a.shape, b.shape
+    if ka != kb:
+        raise InputError(
+            f"--a={a.label} is {m}x{ka} and --b={b.label} is {kb}x{n}: k of A ({ka}) != k of B ({kb})"
+        )
+    return m, n, ka

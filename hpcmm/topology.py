@@ -1,0 +1,120 @@
+"""Where each rank runs: node, GPU, process grid, node peers.
+
+Launch: ``mpiexec -n 4 python -m hpcmm``.  With 4 ranks on one node of 2 GPUs,
+node-local ranks 0..3 take GPUs 0, 1, 0, 1 (reported as oversubscribed); the
+grid is ``MPI.Compute_dims(4, 2) == [2, 2]`` and rank 3 sits at (1, 1), its row
+communicator holding ranks 2 and 3, its column communicator ranks 1 and 3.
+
+Virtual nodes (``--ranks-per-node R``) cut each machine's ranks into groups of
+R consecutive node-local ranks and treat every group as a node of its own, so
+that the paths between nodes run, and are tested, on one machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+
+from mpi4py import MPI
+
+from .config import RunConfig
+from .errors import InputError
+from .layout import Grid
+
+__all__ = ["Topology", "choose_grid"]
+
+
+def choose_grid(size: int, requested: tuple[int, int] | None) -> Grid:
+    """The process grid: ``requested`` if it fits ``size`` ranks, else ``MPI.Compute_dims``."""
+    if requested is not None:
+        rows, cols = requested
+        if rows * cols != size:
+            raise InputError(
+                f"--grid={rows}x{cols}: {rows}*{cols}={rows * cols} does not match {size} ranks"
+            )
+        return Grid(rows, cols)
+    rows, cols = MPI.Compute_dims(size, 2)
+    return Grid(rows, cols)
+
+
+@dataclasses.dataclass
+class Topology:
+    """Communicators and placement of one rank.  Build with :meth:`create`; free with :meth:`close`."""
+
+    comm: MPI.Comm
+    node_comm: MPI.Comm
+    vnode_comm: MPI.Comm
+    cart: MPI.Cartcomm
+    row_comm: MPI.Comm
+    col_comm: MPI.Comm
+    grid: Grid
+    host: str
+    vnode: int
+    vnode_count: int
+    ranks_per_node: int | None
+
+    @classmethod
+    def create(cls, comm: MPI.Comm, config: RunConfig) -> Topology:
+        """Collective over ``comm``: split by node, by virtual node, and into the grid.
+
+        Raises
+        ------
+        InputError
+            For a grid that does not multiply to the rank count (on every rank).
+        """
+        grid = choose_grid(comm.Get_size(), config.grid)  # same verdict on every rank
+        comm = comm.Dup()
+        node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+        group = 0
+        if config.ranks_per_node is not None:
+            group = node_comm.Get_rank() // config.ranks_per_node
+        vnode_comm = node_comm.Split(group, node_comm.Get_rank())
+        # A global index per virtual node: (world rank of the node's first rank, group).
+        node_leader = node_comm.bcast(comm.Get_rank(), root=0)
+        keys = comm.allgather((node_leader, group))
+        ordered = sorted(set(keys))
+        vnode = ordered.index((node_leader, group))
+        cart = comm.Create_cart([grid.rows, grid.cols], periods=[False, False], reorder=False)
+        row_comm = cart.Sub([False, True])
+        col_comm = cart.Sub([True, False])
+        return cls(
+            comm=comm,
+            node_comm=node_comm,
+            vnode_comm=vnode_comm,
+            cart=cart,
+            row_comm=row_comm,
+            col_comm=col_comm,
+            grid=grid,
+            host=socket.gethostname(),
+            vnode=vnode,
+            vnode_count=len(ordered),
+            ranks_per_node=config.ranks_per_node,
+        )
+
+    @property
+    def rank(self) -> int:
+        return self.comm.Get_rank()
+
+    @property
+    def size(self) -> int:
+        return self.comm.Get_size()
+
+    @property
+    def local_rank(self) -> int:
+        return self.node_comm.Get_rank()
+
+    @property
+    def local_size(self) -> int:
+        return self.node_comm.Get_size()
+
+    @property
+    def coords(self) -> tuple[int, int]:
+        return self.grid.coords(self.rank)
+
+    def close(self) -> None:
+        """Free every communicator this topology made."""
+        for name in ("row_comm", "col_comm", "cart", "vnode_comm", "node_comm", "comm"):
+            c = getattr(self, name)
+            if c is not None and c != MPI.COMM_NULL:
+                c.Free()
+            setattr(self, name, None)

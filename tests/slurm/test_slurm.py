@@ -1,0 +1,603 @@
+"""Every batch script in ``jobs/`` runs to completion on a real SLURM.
+
+The module starts a one-node cluster on this machine: Debian's ``slurm-wlm``
+(installed with apt-get when missing) and ``munge``, configured in a temporary
+folder for the machine's own hostname, with eight GPUs declared as GRES and
+backed by empty files so that the GPU scripts schedule.  Without a GPU hpcmm
+then takes its CPU path (``--device auto``).  Each script is submitted with
+``sbatch`` at a small size on 2-4 tasks, with ``srun --mpi=pmi2`` for some and
+the environment's ``mpiexec`` (MPICH's Hydra) for others; the test waits for
+every job, checks its state and exit code in ``scontrol show job``, and reads
+``/summary`` back from the HDF5 files the jobs wrote.  One more job is given
+bad input and must end FAILED with a non-zero exit code.
+
+Needs root (slurmd starts jobs as any user) and either the SLURM binaries or
+apt-get; otherwise the tests are skipped with the reason, or fail where
+``REQUIRE_SLURM=1`` says the machine must run them.  The daemons are stopped
+and the jobs cancelled at the end, also when a test fails.  The jobs' output
+(``slurm-<id>.out``) and the daemons' logs stay in pytest's temporary folder.
+
+Run alone with::
+
+    python -m pytest tests/slurm -rA
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+JOBS_DIR = REPO / "jobs"
+
+#: Debian packages that provide slurmctld, slurmd, the client commands and munged.
+PACKAGES = ("slurm-wlm", "munge")
+#: Programs the cluster needs, looked up on PATH and in the sbin folders.
+PROGRAMS = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "scontrol",
+            "scancel", "sinfo")
+#: The node claims more CPUs than the machine has, so that 4-task jobs fit on 2 cores.
+NODE_CPUS = 8
+FAKE_GPUS = 8
+#: Minutes each job may run (sbatch --time); the whole wait is bounded separately.
+JOB_MINUTES = 5
+#: Seconds to wait for all jobs to end.
+JOBS_DEADLINE = 420
+#: Job states after which a job will not change any more.
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT"}
+#: Pending reasons that will never clear by themselves.
+HOPELESS_REASONS = ("PartitionConfig", "BadConstraints", "ReqNodeNotAvail", "InvalidAccount",
+                    "PartitionNodeLimit", "NodeDown", "JobLaunchFailure")
+
+# Small products; sizes not multiples of the grid on purpose.  One iteration
+# keeps each job to a few seconds on a loaded 2-core machine.
+SMALL = {"HPCMM_M": "96", "HPCMM_N": "80", "HPCMM_K": "72",
+         "HPCMM_ARGS": "--iters 1 --warmup 0"}
+
+
+@dataclasses.dataclass
+class JobSpec:
+    """One ``sbatch`` submission and what it must end as.
+
+    Parameters
+    ----------
+    label
+        Test id, e.g. ``single-node-srun``.
+    script
+        File name in ``jobs/``.
+    sbatch_args
+        Options before the script (they override its ``#SBATCH`` lines).
+    env
+        Variables for the job (sbatch exports the environment to it).
+    ok
+        Whether the job must end COMPLETED (else FAILED with a non-zero exit code).
+    h5_files
+        How many HDF5 files a successful job writes.
+    """
+
+    label: str
+    script: str
+    sbatch_args: tuple[str, ...]
+    env: dict[str, str]
+    ok: bool = True
+    h5_files: int = 1
+
+    def command(self) -> list[str]:
+        """The submit line, relative to the repository root as in jobs/README.md."""
+        return ["sbatch", *self.sbatch_args, f"jobs/{self.script}"]
+
+
+#: Every submission; together they cover every script in jobs/ and both launchers.
+PLAN = (
+    JobSpec("single-node-srun", "single-node.sbatch",
+            ("--ntasks-per-node=2", "--gpus-per-node=2"), dict(SMALL)),
+    JobSpec("multi-node-mpiexec", "multi-node.sbatch",
+            ("-N", "1", "--ntasks-per-node=4", "--gpus-per-node=4"),
+            dict(SMALL, HPCMM_LAUNCHER="mpiexec", HPCMM_SITE_MPI="none")),
+    JobSpec("scaling-srun", "scaling.sbatch",
+            ("-N", "1", "--ntasks-per-node=2", "--gpus-per-node=2"),
+            {"HPCMM_SIZES": "64", "HPCMM_ARGS": "--iters 1 --warmup 0"}, h5_files=4),
+    JobSpec("cpu-smoke-mpiexec", "cpu-smoke.sbatch", ("--ntasks=2",),
+            dict(SMALL, HPCMM_LAUNCHER="mpiexec")),
+    JobSpec("cpu-smoke-bad-input", "cpu-smoke.sbatch", ("--ntasks=2",),
+            dict(SMALL, HPCMM_ARGS="--m 0"), ok=False),
+)
+
+
+# --- small helpers -------------------------------------------------------------
+
+
+def run(cmd: list[str], *, timeout: float = 60, check: bool = True, **kwargs
+        ) -> subprocess.CompletedProcess:
+    """Run ``cmd`` with a time limit, capturing text output.
+
+    Raises
+    ------
+    RuntimeError
+        When ``check`` and the command fails, with its output in the message.
+    """
+    if "input" not in kwargs:
+        kwargs["stdin"] = subprocess.DEVNULL
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"{' '.join(cmd)}: no answer within {timeout} s") from exc
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n"
+                           f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def find_program(name: str) -> str | None:
+    """``name`` on PATH or in the sbin folders (not on a plain user's PATH)."""
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/bin"])
+    return shutil.which(name, path=path)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (the daemons bind it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a text file, or a note that it is missing."""
+    if not path.exists():
+        return f"({path} does not exist)"
+    text = path.read_text(errors="replace").splitlines()
+    return f"--- {path} (last {min(lines, len(text))} lines) ---\n" + "\n".join(text[-lines:])
+
+
+def parse_scontrol(line: str) -> dict[str, str]:
+    """``Key=Value`` pairs of one ``scontrol show -o`` line.
+
+    A token without ``=`` continues the previous value (values may hold spaces).
+    """
+    fields: dict[str, str] = {}
+    key = None
+    for token in line.split():
+        name, sep, value = token.partition("=")
+        if sep and re.fullmatch(r"[A-Za-z][\w:/]*", name):
+            key = name
+            fields[key] = value
+        elif key is not None:
+            fields[key] += " " + token
+    return fields
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip, unless ``REQUIRE_SLURM=1`` says this machine must run the cluster."""
+    if os.environ.get("REQUIRE_SLURM") == "1":
+        pytest.fail(f"REQUIRE_SLURM=1 but {reason}")
+    pytest.skip(reason)
+
+
+def ensure_slurm_installed() -> None:
+    """Find the SLURM and munge programs, installing Debian's packages if needed.
+
+    Skips (see :func:`skip_or_fail`) where this machine cannot run the daemons.
+    """
+    if os.geteuid() != 0:
+        skip_or_fail("slurmd must run as root to start jobs, and this is not root")
+    missing = [p for p in PROGRAMS if find_program(p) is None]
+    if not missing:
+        return
+    if shutil.which("apt-get") is None:
+        skip_or_fail(f"{', '.join(missing)} not found and no apt-get to install "
+                     f"{' '.join(PACKAGES)}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
+    proc = run(install, timeout=600, check=False, env=env)
+    if proc.returncode != 0:
+        # A new machine may have no package lists yet.
+        run(["apt-get", "update", "-q"], timeout=300, check=False, env=env)
+        proc = run(install, timeout=600, check=False, env=env)
+    missing = [p for p in PROGRAMS if find_program(p) is None]
+    if proc.returncode != 0 or missing:
+        skip_or_fail(f"could not install {' '.join(PACKAGES)} (apt-get exited "
+                     f"{proc.returncode}; missing {missing}):\n{proc.stdout[-2000:]}\n"
+                     f"{proc.stderr[-2000:]}")
+
+
+def clean_environment() -> dict[str, str]:
+    """This process's environment without SLURM's or hpcmm's variables.
+
+    A test run inside a SLURM job (or with ``HPCMM_*`` set) would otherwise hand
+    the outer job's settings to the inner cluster's jobs.
+    """
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "HPCMM_"))}
+
+
+# --- the cluster ---------------------------------------------------------------
+
+
+class Cluster:
+    """munged, slurmctld and slurmd for one node, all files under ``root``.
+
+    Parameters
+    ----------
+    root
+        An empty folder; it keeps the configuration, state, logs and job output.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.host = socket.gethostname().split(".")[0]
+        self.conf = root / "slurm.conf"
+        self.munge_socket = root / "munge" / "munge.socket"
+        self.work = root / "work"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env = clean_environment()
+        self.env["SLURM_CONF"] = str(self.conf)
+
+    # -- configuration --
+
+    def write_config(self) -> None:
+        """Write the munge key, ``slurm.conf``, ``gres.conf`` and the GPU files."""
+        for sub in ("munge", "state", "spool", "log", "gpus", "work"):
+            (self.root / sub).mkdir(mode=0o755, exist_ok=True)
+        key = self.root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        gpus = [self.root / "gpus" / f"gpu{i}" for i in range(FAKE_GPUS)]
+        for gpu in gpus:
+            gpu.touch()
+        log = self.root / "log"
+        self.conf.write_text("\n".join([
+            "ClusterName=hpcmmtest",
+            f"SlurmctldHost={self.host}(127.0.0.1)",
+            f"SlurmctldPort={free_port()}",
+            f"SlurmdPort={free_port()}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            f"StateSaveLocation={self.root / 'state'}",
+            f"SlurmdSpoolDir={self.root / 'spool'}",
+            f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
+            f"SlurmdPidFile={self.root / 'slurmd.pid'}",
+            f"SlurmctldLogFile={log / 'slurmctld.log'}",
+            f"SlurmdLogFile={log / 'slurmd.log'}",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            # No cgroups: the machine may not let us have them.
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "MpiDefault=none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerType=sched/backfill",
+            # No accounting daemon: job states come from scontrol, so finished
+            # jobs must stay listed for the whole test.
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "JobCompType=jobcomp/filetxt",
+            f"JobCompLoc={log / 'jobcomp.txt'}",
+            "MinJobAge=3600",
+            "ReturnToService=2",
+            "InactiveLimit=0",
+            "KillWait=5",
+            # The node's CPU count is larger than the machine's.
+            "SlurmdParameters=config_overrides",
+            "GresTypes=gpu",
+            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} "
+            f"Gres=gpu:{FAKE_GPUS} State=UNKNOWN",
+            f"PartitionName=test Nodes={self.host} Default=YES MaxTime=30 State=UP",
+            "",
+        ]))
+        # slurmd drops a GPU without File= and then drains the node.
+        (self.root / "gres.conf").write_text("".join(
+            f"NodeName={self.host} Name=gpu File={gpu}\n" for gpu in gpus))
+
+    # -- daemons --
+
+    def start_daemon(self, name: str, cmd: list[str]) -> None:
+        """Start ``cmd`` in the foreground mode of its daemon, output to log/NAME.out."""
+        out = open(self.root / "log" / f"{name}.out", "wb")
+        self.procs[name] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                            stderr=subprocess.STDOUT, env=self.env,
+                                            start_new_session=True)
+        out.close()
+
+    def wait_until(self, what: str, ready, timeout: float = 60) -> None:
+        """Poll ``ready()`` until true; fail with the daemons' logs if a daemon exits.
+
+        Raises
+        ------
+        RuntimeError
+            After ``timeout`` seconds or when a daemon has exited.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+            if dead:
+                raise RuntimeError(f"{what}: daemon exited {dead}\n{self.logs()}")
+            if ready():
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"{what}: not ready after {timeout} s\n{self.logs()}")
+
+    def munge_ok(self) -> bool:
+        """Whether munged encodes and decodes a credential on our socket."""
+        sock = str(self.munge_socket)
+        if not self.munge_socket.exists():
+            return False
+        cred = run([find_program("munge"), "-n", "-S", sock], check=False, timeout=10)
+        if cred.returncode != 0:
+            return False
+        back = run([find_program("unmunge"), "-S", sock], check=False, timeout=10,
+                   input=cred.stdout)
+        return back.returncode == 0
+
+    def controller_up(self) -> bool:
+        """Whether ``scontrol ping`` finds slurmctld UP."""
+        proc = self.scontrol("ping", check=False)
+        return proc.returncode == 0 and "UP" in proc.stdout
+
+    def node_state(self) -> str:
+        """The node's state as ``sinfo`` shows it (idle, mixed, drained, ...)."""
+        proc = run([find_program("sinfo"), "-h", "-n", self.host, "-o", "%T"], check=False,
+                   timeout=20, env=self.env)
+        return proc.stdout.strip()
+
+    def node_ready(self) -> bool:
+        """Whether the node takes jobs; raises at once if it drained or went down."""
+        state = self.node_state()
+        if "drain" in state or state.startswith(("down", "fail")):
+            raise RuntimeError(f"node {self.host} is {state}:\n"
+                               f"{self.scontrol('show', 'node', self.host).stdout}\n{self.logs()}")
+        return state in ("idle", "mixed", "allocated")
+
+    def start(self) -> None:
+        """Write the configuration and start munged, slurmctld and slurmd.
+
+        Raises
+        ------
+        RuntimeError
+            When a daemon does not come up, with the daemons' logs.
+        """
+        self.write_config()
+        munge_dir = self.root / "munge"
+        # --force: pytest's temporary folders are private (mode 700), which
+        # munged would refuse for its socket; only root uses this cluster.
+        self.start_daemon("munged", [
+            find_program("munged"), "--foreground", "--force",
+            f"--socket={self.munge_socket}", f"--key-file={munge_dir / 'munge.key'}",
+            f"--pid-file={munge_dir / 'munged.pid'}", f"--seed-file={munge_dir / 'munged.seed'}",
+            "--num-threads=4"])
+        self.wait_until("munged", self.munge_ok, timeout=30)
+        self.start_daemon("slurmctld", [find_program("slurmctld"), "-D", "-i",
+                                        "-f", str(self.conf)])
+        self.wait_until("slurmctld", self.controller_up, timeout=60)
+        self.start_daemon("slurmd", [find_program("slurmd"), "-D", "-N", self.host,
+                                     "-f", str(self.conf)])
+        self.wait_until("slurmd", self.node_ready, timeout=60)
+
+    def stop(self) -> None:
+        """Cancel every job, then stop slurmd, slurmctld and munged (in that order)."""
+        if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
+            run([find_program("scancel"), "--full", "--user=root"], check=False, timeout=20,
+                env=self.env)
+            self.wait_for_no_running_jobs(timeout=30)
+        for name in ("slurmd", "slurmctld", "munged"):
+            proc = self.procs.get(name)
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+    def wait_for_no_running_jobs(self, timeout: float) -> None:
+        """Give cancelled jobs up to ``timeout`` seconds to leave the node."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            proc = run([find_program("squeue") or "squeue", "-h", "-t", "RUNNING,COMPLETING",
+                        "-o", "%i"], check=False, timeout=20, env=self.env)
+            if proc.returncode != 0 or not proc.stdout.strip():
+                return
+            time.sleep(1)
+
+    def logs(self) -> str:
+        """The tails of the daemons' logs, for failure messages."""
+        names = ["slurmctld.log", "slurmd.log", "munged.out", "slurmctld.out", "slurmd.out"]
+        return "\n".join(tail(self.root / "log" / n, 25) for n in names)
+
+    # -- jobs --
+
+    def scontrol(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Run ``scontrol`` against this cluster."""
+        return run([find_program("scontrol"), *args], check=check, timeout=30, env=self.env)
+
+    def job_env(self, spec: JobSpec) -> dict[str, str]:
+        """The submitting environment: this Python's bin folder first on PATH.
+
+        The jobs then start ``python`` and ``mpiexec`` from the environment
+        that runs the tests (the venv with hpcmm, mpi4py and MPICH).
+        """
+        env = dict(self.env)
+        bin_dir = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+        env["HPCMM_PYTHON"] = sys.executable
+        env.update(spec.env)
+        return env
+
+    def submit(self, spec: JobSpec) -> str:
+        """Submit ``spec`` from ``work/`` and return the job id."""
+        cmd = spec.command()
+        cmd[0] = find_program("sbatch")
+        cmd[-1] = str(JOBS_DIR / spec.script)
+        cmd[1:1] = ["--parsable", f"--time={JOB_MINUTES}",
+                    f"--output={self.root / 'slurm-%j.out'}"]
+        proc = run(cmd, timeout=30, env=self.job_env(spec), cwd=self.work)
+        return proc.stdout.strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job`` fields of one job."""
+        return parse_scontrol(self.scontrol("show", "job", "-o", job_id).stdout)
+
+    def wait_for_jobs(self, job_ids: list[str], timeout: float) -> dict[str, dict[str, str]]:
+        """Poll until every job is in a final state.
+
+        Raises
+        ------
+        RuntimeError
+            After ``timeout`` seconds, or at once for a job pending for a reason
+            that never clears (e.g. the node cannot hold it), with its details.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = {j: self.job(j) for j in job_ids}
+            if all(info.get("JobState") in FINAL_STATES for info in jobs.values()):
+                return jobs
+            for j, info in jobs.items():
+                reason = info.get("Reason", "")
+                if info.get("JobState") == "PENDING" and reason.startswith(HOPELESS_REASONS):
+                    raise RuntimeError(f"job {j} cannot start (Reason={reason}):\n"
+                                       f"{self.scontrol('show', 'job', j).stdout}\n"
+                                       f"{self.scontrol('show', 'node', self.host).stdout}")
+            if time.monotonic() > deadline:
+                states = {j: (i.get("JobState"), i.get("Reason")) for j, i in jobs.items()}
+                raise RuntimeError(f"jobs not finished after {timeout} s: {states}\n"
+                                   f"{self.logs()}")
+            time.sleep(1)
+
+    def output(self, job_id: str) -> str:
+        """The job's ``slurm-<id>.out``."""
+        path = self.root / f"slurm-{job_id}.out"
+        return path.read_text(errors="replace") if path.exists() else f"({path} missing)"
+
+
+@dataclasses.dataclass
+class Finished:
+    """A job that ended: its plan, id, ``scontrol`` fields and output."""
+
+    spec: JobSpec
+    job_id: str
+    info: dict[str, str]
+    output: str
+    results: list[Path]
+
+    def line(self) -> str:
+        """``SLURM job <id> <script> <state> ExitCode=<code> (<label>)``."""
+        return (f"SLURM job {self.job_id} {self.spec.script} {self.info.get('JobState')} "
+                f"ExitCode={self.info.get('ExitCode')} ({self.spec.label}: "
+                f"{' '.join(self.spec.command())})")
+
+    def explain(self) -> str:
+        """Everything needed to see why a job went wrong."""
+        fields = " ".join(f"{k}={v}" for k, v in self.info.items()
+                          if k in ("JobState", "Reason", "ExitCode", "DerivedExitCode",
+                                   "RunTime", "NumTasks", "TRES"))
+        return (f"{self.line()}\n{fields}\n--- slurm-{self.job_id}.out ---\n{self.output}")
+
+
+# --- fixtures ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A running one-node cluster; stopped at the end of the module, pass or fail."""
+    ensure_slurm_installed()
+    c = Cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def finished(cluster, slurm_job_log) -> dict[str, Finished]:
+    """Submit every job of :data:`PLAN` at once and wait for all of them."""
+    ids = {spec.label: cluster.submit(spec) for spec in PLAN}
+    infos = cluster.wait_for_jobs(list(ids.values()), timeout=JOBS_DEADLINE)
+    done = {}
+    for spec in PLAN:
+        job_id = ids[spec.label]
+        results = sorted((cluster.work / "results").glob(f"*-{job_id}.h5"))
+        results += sorted((cluster.work / "results").glob(f"*-{job_id}/*.h5"))
+        done[spec.label] = Finished(spec, job_id, infos[job_id], cluster.output(job_id),
+                                    results)
+        slurm_job_log.append(done[spec.label].line())
+        print(done[spec.label].line())
+    return done
+
+
+# --- tests ---------------------------------------------------------------------
+
+
+def test_plan_covers_every_script():
+    """A script added to jobs/ without a submission here fails this test."""
+    scripts = {p.name for p in JOBS_DIR.glob("*.sbatch")}
+    planned = {spec.script for spec in PLAN}
+    assert scripts == planned, f"jobs/ has {sorted(scripts)}, the plan {sorted(planned)}"
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in JOBS_DIR.glob("*.sbatch")))
+def test_script_is_well_formed(script):
+    """Each script parses, stops on errors, and names its submit line."""
+    path = JOBS_DIR / script
+    text = path.read_text()
+    proc = run(["bash", "-n", str(path)], check=False, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    assert "set -euo pipefail" in text
+    assert f"sbatch jobs/{script}" in text or re.search(rf"sbatch .*jobs/{script}", text)
+    assert re.search(r"^##SBATCH --account=", text, re.M), "account placeholder missing"
+    assert re.search(r"^##SBATCH --partition=", text, re.M), "partition placeholder missing"
+
+
+@pytest.mark.parametrize("label", [s.label for s in PLAN if s.ok])
+def test_job_completes_and_verifies(finished, label):
+    """The job ends COMPLETED with exit code 0:0 and its HDF5 files verified."""
+    import h5py
+
+    job = finished[label]
+    assert job.info.get("JobState") == "COMPLETED", job.explain()
+    assert job.info.get("ExitCode") == "0:0", job.explain()
+    assert len(job.results) == job.spec.h5_files, (
+        f"expected {job.spec.h5_files} HDF5 files, found {job.results}\n{job.explain()}")
+    for path in job.results:
+        with h5py.File(path, "r") as h5:
+            attrs = dict(h5["/summary"].attrs)
+        assert bool(attrs["verified"]), f"{path}: /summary {attrs}\n{job.explain()}"
+        for name in ("seconds", "tflops", "residual", "paths"):
+            assert name in attrs, f"{path}: /summary lacks {name!r}: {attrs}"
+        print(f"{path.name}: seconds={float(attrs['seconds']):.4g} "
+              f"residual={float(attrs['residual']):.2e} verified={bool(attrs['verified'])} "
+              f"paths={list(attrs['paths'])}")
+
+
+def test_scaling_prints_table(finished):
+    """The scaling job reads every point back and prints one table row per point."""
+    job = finished["scaling-srun"]
+    rows = [line for line in job.output.splitlines()
+            if re.match(r"(strong|weak)\s+\d+\s+\d+\s+\d+\s+\d+x\d+\s", line)]
+    assert "TFLOP/s" in job.output, job.explain()
+    assert len(rows) == job.spec.h5_files, job.explain()
+    assert all(" yes " in row for row in rows), job.explain()
+
+
+def test_bad_input_job_fails(finished):
+    """A job given --m 0 ends FAILED with hpcmm's exit status for bad input."""
+    job = finished["cpu-smoke-bad-input"]
+    assert job.info.get("JobState") == "FAILED", job.explain()
+    assert job.info.get("ExitCode", "0:0") != "0:0", job.explain()
+    assert job.info.get("ExitCode") == "2:0", job.explain()
