@@ -30,6 +30,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -111,8 +112,11 @@ PLAN = (
             {"HPCMM_SIZES": "64", "HPCMM_ARGS": "--iters 1 --warmup 0"}, h5_files=4),
     JobSpec("cpu-smoke-mpiexec", "cpu-smoke.sbatch", ("--ntasks=2",),
             dict(SMALL, HPCMM_LAUNCHER="mpiexec")),
-    JobSpec("cpu-smoke-bad-input", "cpu-smoke.sbatch", ("--ntasks=2",),
+    JobSpec("cpu-smoke-bad-input-srun", "cpu-smoke.sbatch", ("--ntasks=2",),
             dict(SMALL, HPCMM_ARGS="--m 0"), ok=False),
+    JobSpec("single-node-bad-input-mpiexec", "single-node.sbatch",
+            ("--ntasks-per-node=2", "--gpus-per-node=2"),
+            dict(SMALL, HPCMM_LAUNCHER="mpiexec", HPCMM_ARGS="--m 0"), ok=False),
 )
 
 
@@ -212,6 +216,20 @@ def ensure_slurm_installed() -> None:
                      f"{proc.stderr[-2000:]}")
 
 
+def make_fake_gpu(path: Path) -> None:
+    """A stand-in device file for one GPU in ``gres.conf``.
+
+    A character device (a copy of /dev/null's numbers) is what slurmd expects
+    of a GPU and makes it set CUDA_VISIBLE_DEVICES in the jobs as on a real
+    node; where mknod is not allowed an empty file still lets the node
+    schedule GPU jobs (slurmd only logs an error about it).
+    """
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError:
+        path.touch()
+
+
 def clean_environment() -> dict[str, str]:
     """This process's environment without SLURM's or hpcmm's variables.
 
@@ -255,7 +273,7 @@ class Cluster:
         key.chmod(0o400)
         gpus = [self.root / "gpus" / f"gpu{i}" for i in range(FAKE_GPUS)]
         for gpu in gpus:
-            gpu.touch()
+            make_fake_gpu(gpu)
         log = self.root / "log"
         self.conf.write_text("\n".join([
             "ClusterName=hpcmmtest",
@@ -595,9 +613,14 @@ def test_scaling_prints_table(finished):
     assert all(" yes " in row for row in rows), job.explain()
 
 
-def test_bad_input_job_fails(finished):
-    """A job given --m 0 ends FAILED with hpcmm's exit status for bad input."""
-    job = finished["cpu-smoke-bad-input"]
+@pytest.mark.parametrize("label", [s.label for s in PLAN if not s.ok])
+def test_bad_input_job_fails(finished, label):
+    """A job given --m 0 ends FAILED with hpcmm's exit status for bad input.
+
+    Through srun and through mpiexec: both launchers must hand the ranks'
+    status to the batch script, and the script to SLURM.
+    """
+    job = finished[label]
     assert job.info.get("JobState") == "FAILED", job.explain()
     assert job.info.get("ExitCode", "0:0") != "0:0", job.explain()
     assert job.info.get("ExitCode") == "2:0", job.explain()

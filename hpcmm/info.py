@@ -1,0 +1,72 @@
+"""``python -m hpcmm info``: where each rank runs, and what hpcmm can tell about the stack."""
+
+from __future__ import annotations
+
+from mpi4py import MPI
+
+from .backend import make_backend
+from .config import RunConfig
+from .errors import collective
+from .metadata import parallel_hdf5, topology_row, versions
+from .topology import Topology
+from .transport import decide
+
+__all__ = ["info_main", "gather_info"]
+
+
+def gather_info(config: RunConfig, comm: MPI.Comm, source: str = "--cuda-aware-mpi") -> dict | None:
+    """Collective: the per-rank table and the run's facts (on rank 0; ``None`` elsewhere)."""
+    topo = Topology.create(comm, config)
+    backend = None
+    try:
+        with collective(topo.comm):
+            backend = make_backend(config.device, topo.local_rank, topo.local_size)
+        row = topology_row(topo, backend)
+        row["node_ranks"] = topo.local_size
+        rows = topo.comm.gather(row, root=0)
+        if topo.rank != 0:
+            return None
+        awareness = decide(config.cuda_aware_mpi, option_source=source)
+        gpus_per_host: dict[str, set] = {}
+        ranks_per_host: dict[str, int] = {}
+        for r in rows:
+            ranks_per_host[r["host"]] = ranks_per_host.get(r["host"], 0) + 1
+            if r["gpu_index"] >= 0:
+                gpus_per_host.setdefault(r["host"], set()).add(r["gpu_uuid"] or r["gpu_index"])
+        shared = {h: (ranks_per_host[h], len(g)) for h, g in gpus_per_host.items() if ranks_per_host[h] > len(g)}
+        return {
+            "rows": rows,
+            "versions": versions(backend),
+            "grid": str(topo.grid),
+            "nodes": topo.vnode_count,
+            "cuda_aware": awareness,
+            "parallel_hdf5": parallel_hdf5(),
+            "oversubscribed": shared,
+        }
+    finally:
+        if backend is not None:
+            backend.close()
+        topo.close()
+
+
+def info_main(config: RunConfig, comm: MPI.Comm, source: str) -> int:
+    facts = gather_info(config, comm, source)
+    if facts is None:
+        return 0
+    print(f"{'rank':>4} {'host':<20} {'local':>5} {'node':>4} {'grid':>5}  device")
+    for r in facts["rows"]:
+        dev = "cpu (numpy)" if r["gpu_index"] < 0 else f"GPU {r['gpu_index']} {r['gpu_name']} {r['gpu_uuid']} pci {r['gpu_pci']}"
+        print(f"{r['rank']:>4} {r['host']:<20} {r['local_rank']:>5} {r['node']:>4} "
+              f"{r['grid_row']},{r['grid_col']:<3}  {dev}")
+    v = facts["versions"]
+    aware = facts["cuda_aware"]
+    print(f"process grid       {facts['grid']} ({facts['nodes']} node(s))")
+    print(f"MPI library        {v['mpi_library']} (MPI {v['mpi_standard']}, mpi4py {v['mpi4py']})")
+    print(f"CUDA-aware MPI     {'yes' if aware.aware else 'no'}: {aware.reason}")
+    print(f"cupy / CUDA        {v['cupy'] or 'not installed'} / runtime {v['cuda_runtime'] or '-'}, "
+          f"driver {v['cuda_driver'] or '-'}")
+    print(f"h5py / HDF5        {v['h5py']} / {v['hdf5']} (parallel HDF5: {'yes' if facts['parallel_hdf5'] else 'no'})")
+    print(f"numpy / Python     {v['numpy']} / {v['python']}")
+    for host, (ranks, gpus) in facts["oversubscribed"].items():
+        print(f"note: {ranks} ranks share {gpus} GPU(s) on {host}")
+    return 0
