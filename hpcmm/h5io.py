@@ -50,6 +50,8 @@ def _attrs(node, values: dict) -> None:
     for key, value in values.items():
         if value is None:
             value = ""
+        if isinstance(value, str):
+            value = value.replace("\x00", "")
         if isinstance(value, (list, tuple)):
             value = np.array([str(v) for v in value], dtype=h5py.string_dtype()) if (
                 not value or isinstance(value[0], str)) else np.asarray(value)

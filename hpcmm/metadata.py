@@ -7,7 +7,7 @@ import sys
 
 from mpi4py import MPI
 
-__all__ = ["versions", "topology_row", "parallel_hdf5"]
+__all__ = ["mpi_library", "versions", "topology_row", "parallel_hdf5"]
 
 
 def parallel_hdf5() -> bool:
@@ -30,7 +30,7 @@ def versions(backend=None) -> dict[str, str]:
         "platform": platform.platform(),
         "numpy": numpy.__version__,
         "mpi4py": mpi4py.__version__,
-        "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
+        "mpi_library": mpi_library(),
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "h5py": h5py.__version__,
         "hdf5": h5py.version.hdf5_version,
@@ -52,6 +52,12 @@ def versions(backend=None) -> dict[str, str]:
         except Exception:  # noqa: BLE001 - optional
             pass
     return out
+
+
+def mpi_library() -> str:
+    """First line of the MPI library's version text (Open MPI pads it with NULs)."""
+    text = MPI.Get_library_version().replace("\x00", "").strip()
+    return text.splitlines()[0].strip() if text else ""
 
 
 def _cuda_version(v: int) -> str:

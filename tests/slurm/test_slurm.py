@@ -3,13 +3,14 @@
 The module starts a one-node cluster on this machine: Debian's ``slurm-wlm``
 (installed with apt-get when missing) and ``munge``, configured in a temporary
 folder for the machine's own hostname, with eight GPUs declared as GRES and
-backed by empty files so that the GPU scripts schedule.  Without a GPU hpcmm
-then takes its CPU path (``--device auto``).  Each script is submitted with
+backed by stand-in device files so that the GPU scripts schedule.  Without a
+GPU hpcmm then takes its CPU path (``--device auto``).  Each script is submitted with
 ``sbatch`` at a small size on 2-4 tasks, with ``srun --mpi=pmi2`` for some and
 the environment's ``mpiexec`` (MPICH's Hydra) for others; the test waits for
 every job, checks its state and exit code in ``scontrol show job``, and reads
-``/summary`` back from the HDF5 files the jobs wrote.  One more job is given
-bad input and must end FAILED with a non-zero exit code.
+``/summary`` back from the HDF5 files the jobs wrote.  Two more jobs, one
+through srun and one through mpiexec, are given bad input (``--m 0``) and must
+end FAILED with hpcmm's exit status 2.
 
 Needs root (slurmd starts jobs as any user) and either the SLURM binaries or
 apt-get; otherwise the tests are skipped with the reason, or fail where
@@ -47,14 +48,15 @@ JOBS_DIR = REPO / "jobs"
 PACKAGES = ("slurm-wlm", "munge")
 #: Programs the cluster needs, looked up on PATH and in the sbin folders.
 PROGRAMS = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "scontrol",
-            "scancel", "sinfo")
+            "scancel", "sinfo", "squeue", "srun")
 #: The node claims more CPUs than the machine has, so that 4-task jobs fit on 2 cores.
 NODE_CPUS = 8
 FAKE_GPUS = 8
 #: Minutes each job may run (sbatch --time); the whole wait is bounded separately.
-JOB_MINUTES = 5
-#: Seconds to wait for all jobs to end.
-JOBS_DEADLINE = 420
+JOB_MINUTES = 3
+#: Seconds to wait for all jobs to end (past the jobs' own limit, so that a hung
+#: job ends as TIMEOUT with its output rather than as a wait that gave up).
+JOBS_DEADLINE = 300
 #: Job states after which a job will not change any more.
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                 "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT"}
@@ -64,7 +66,7 @@ HOPELESS_REASONS = ("PartitionConfig", "BadConstraints", "ReqNodeNotAvail", "Inv
 
 # Small products; sizes not multiples of the grid on purpose.  One iteration
 # keeps each job to a few seconds on a loaded 2-core machine.
-SMALL = {"HPCMM_M": "96", "HPCMM_N": "80", "HPCMM_K": "72",
+SMALL = {"HPCMM_M": "97", "HPCMM_N": "83", "HPCMM_K": "71",
          "HPCMM_ARGS": "--iters 1 --warmup 0"}
 
 
@@ -109,7 +111,7 @@ PLAN = (
             dict(SMALL, HPCMM_LAUNCHER="mpiexec", HPCMM_SITE_MPI="none")),
     JobSpec("scaling-srun", "scaling.sbatch",
             ("-N", "1", "--ntasks-per-node=2", "--gpus-per-node=2"),
-            {"HPCMM_SIZES": "64", "HPCMM_ARGS": "--iters 1 --warmup 0"}, h5_files=4),
+            {"HPCMM_SIZES": "61", "HPCMM_ARGS": "--iters 1 --warmup 0"}, h5_files=4),
     JobSpec("cpu-smoke-mpiexec", "cpu-smoke.sbatch", ("--ntasks=2",),
             dict(SMALL, HPCMM_LAUNCHER="mpiexec")),
     JobSpec("cpu-smoke-bad-input-srun", "cpu-smoke.sbatch", ("--ntasks=2",),
@@ -150,11 +152,16 @@ def find_program(name: str) -> str | None:
     return shutil.which(name, path=path)
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now (the daemons bind it a moment later)."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports nobody listens on now (the daemons bind them next)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -275,11 +282,13 @@ class Cluster:
         for gpu in gpus:
             make_fake_gpu(gpu)
         log = self.root / "log"
+        ctld_port, slurmd_port = free_ports(2)
         self.conf.write_text("\n".join([
             "ClusterName=hpcmmtest",
             f"SlurmctldHost={self.host}(127.0.0.1)",
-            f"SlurmctldPort={free_port()}",
-            f"SlurmdPort={free_port()}",
+            # Ports of our own, so that a SLURM already on this machine is left alone.
+            f"SlurmctldPort={ctld_port}",
+            f"SlurmdPort={slurmd_port}",
             "SlurmUser=root",
             "SlurmdUser=root",
             "AuthType=auth/munge",
@@ -310,6 +319,7 @@ class Cluster:
             "ReturnToService=2",
             "InactiveLimit=0",
             "KillWait=5",
+            "MailProg=/bin/true",
             # The node's CPU count is larger than the machine's.
             "SlurmdParameters=config_overrides",
             "GresTypes=gpu",
@@ -376,7 +386,9 @@ class Cluster:
     def node_ready(self) -> bool:
         """Whether the node takes jobs; raises at once if it drained or went down."""
         state = self.node_state()
-        if "drain" in state or state.startswith(("down", "fail")):
+        # A down node comes back when slurmd registers (ReturnToService=2); a
+        # drained one stays out, e.g. when its GPUs do not match gres.conf.
+        if "drain" in state:
             raise RuntimeError(f"node {self.host} is {state}:\n"
                                f"{self.scontrol('show', 'node', self.host).stdout}\n{self.logs()}")
         return state in ("idle", "mixed", "allocated")
@@ -407,7 +419,10 @@ class Cluster:
         self.wait_until("slurmd", self.node_ready, timeout=60)
 
     def stop(self) -> None:
-        """Cancel every job, then stop slurmd, slurmctld and munged (in that order)."""
+        """Cancel every job, stop slurmd, slurmctld and munged, then end stragglers.
+
+        Safe to call however far :meth:`start` got.
+        """
         if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
             run([find_program("scancel"), "--full", "--user=root"], check=False, timeout=20,
                 env=self.env)
@@ -422,12 +437,34 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+        self.kill_leftovers()
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL what this cluster started and left behind (slurmstepd, ranks).
+
+        They are recognised by ``SLURM_CONF`` naming this cluster's
+        configuration in their environment: slurmd passes it to the job steps
+        and sbatch to the jobs, and no other process has that path.
+        """
+        marker = f"SLURM_CONF={self.conf}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker in environ:
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                except OSError:
+                    pass
 
     def wait_for_no_running_jobs(self, timeout: float) -> None:
         """Give cancelled jobs up to ``timeout`` seconds to leave the node."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            proc = run([find_program("squeue") or "squeue", "-h", "-t", "RUNNING,COMPLETING",
+            proc = run([find_program("squeue"), "-h", "-t", "RUNNING,COMPLETING",
                         "-o", "%i"], check=False, timeout=20, env=self.env)
             if proc.returncode != 0 or not proc.stdout.strip():
                 return
@@ -493,8 +530,10 @@ class Cluster:
                                        f"{self.scontrol('show', 'node', self.host).stdout}")
             if time.monotonic() > deadline:
                 states = {j: (i.get("JobState"), i.get("Reason")) for j, i in jobs.items()}
+                outputs = "\n".join(f"--- slurm-{j}.out ---\n{self.output(j)}" for j, i in
+                                     jobs.items() if i.get("JobState") not in FINAL_STATES)
                 raise RuntimeError(f"jobs not finished after {timeout} s: {states}\n"
-                                   f"{self.logs()}")
+                                   f"{outputs}\n{self.logs()}")
             time.sleep(1)
 
     def output(self, job_id: str) -> str:
