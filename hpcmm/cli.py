@@ -37,8 +37,20 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(message)
 
 
+def _argtype(parse):
+    """An argparse type from one of config's parsers: argparse prints our message as is."""
+
+    def convert(text):
+        try:
+            return parse(text)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
 def _int(name: str, minimum: int = 1):
-    return lambda text: parse_positive_int(name, text, minimum=minimum)
+    return _argtype(lambda text: parse_positive_int(name, text, minimum=minimum))
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -49,13 +61,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", choices=DTYPES, help="element type (default float64)")
     g.add_argument("--tf32", action="store_true", default=None, help="float32 on TF32 tensor cores")
     g.add_argument("--seed", type=_int("--seed", 0), help="seed of the generated matrices")
-    g.add_argument("--a", type=lambda t: parse_matrix_source("--a", t), metavar="FILE.h5:DATASET|FILE.npy")
-    g.add_argument("--b", type=lambda t: parse_matrix_source("--b", t), metavar="FILE.h5:DATASET|FILE.npy")
+    g.add_argument("--a", type=_argtype(lambda t: parse_matrix_source("--a", t)), metavar="FILE.h5:DATASET|FILE.npy")
+    g.add_argument("--b", type=_argtype(lambda t: parse_matrix_source("--b", t)), metavar="FILE.h5:DATASET|FILE.npy")
     g.add_argument("--allow-nonfinite", action="store_true", default=None,
                    help="run even if the inputs hold NaN or Inf")
     g = p.add_argument_group("placement")
     g.add_argument("--device", choices=DEVICES, help="where to compute (default auto: GPU if usable)")
-    g.add_argument("--grid", type=parse_grid, metavar="PRxPC", help="process grid (default MPI.Compute_dims)")
+    g.add_argument("--grid", type=_argtype(parse_grid), metavar="PRxPC", help="process grid (default MPI.Compute_dims)")
     g.add_argument("--ranks-per-node", type=_int("--ranks-per-node"), metavar="R",
                    help="treat each group of R ranks of a machine as a separate node")
     g.add_argument("--cuda-aware-mpi", choices=TRISTATE, help="may device buffers go to MPI (default auto)")

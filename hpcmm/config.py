@@ -178,6 +178,11 @@ _PASSIVE_VARIABLES = frozenset(
         "HPCMM_OUT_DIR",
         "HPCMM_SIZES",
         "HPCMM_DTYPE",
+        "HPCMM_GRID",
+        "HPCMM_MPIEXEC",
+        "HPCMM_GPU_BIND",
+        "HPCMM_STUDY",
+        "HPCMM_RANKS",
     }
 )
 

@@ -91,7 +91,8 @@ class Engine:
             raise InputError(f"--panel={self.panel}: wider than k={layout.k}")
         self.prefetch = prefetch
         self.ring = prefetch + 1
-        self.plan: list[Step] = summa_plan(layout, self.panel)
+        # Ramp up the first panels only where transfers exist and can overlap.
+        self.plan: list[Step] = summa_plan(layout, self.panel, ramp=prefetch > 0 and topo.size > 1)
         rank = topo.rank
         shapes = layout.local_shapes(rank)
         self.a_shape, self.b_shape, self.c_shape = shapes["A"], shapes["B"], shapes["C"]

@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["check_output_path", "temporary_path", "write_results", "publish", "SCHEMA_VERSION"]
+__all__ = ["check_output_path", "temporary_path", "write_results", "write_table_file", "publish", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = "1"
 
@@ -166,3 +166,22 @@ def publish(tmp: str, path: str, overwrite: bool) -> None:
         dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
         os.fsync(dfd)
         os.close(dfd)
+
+
+def write_table_file(out: str, overwrite: bool, kind: str, name: str, rows: list[dict], vers: dict) -> None:
+    """Rank 0: a small file holding one table (the benchmarks' figures), written atomically."""
+    import datetime  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    tmp = temporary_path(out)
+    try:
+        with h5py.File(tmp, "w") as f:
+            _attrs(f, {"schema_version": SCHEMA_VERSION, "kind": kind,
+                       "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                       "command": " ".join(["python -m hpcmm", *sys.argv[1:]])})
+            _attrs(f.create_group("versions"), vers)
+            _table(f, name, rows)
+        publish(tmp, out, overwrite)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -182,7 +182,7 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
         engine = Engine(topo, backend, layout, config.dtype, config.panel, config.prefetch,
                         awareness.aware, tf32=config.tf32, timeline=config.timeline)
         say(f"grid {topo.grid} | {layout.m}x{layout.k} @ {layout.k}x{layout.n} {config.dtype} | "
-            f"{backend.name} | panel {engine.panel} ({len(engine.plan)} steps), prefetch {engine.prefetch}")
+            f"{backend.name} | panel {engine.panel}, {len(engine.plan)} step(s), prefetch {engine.prefetch}")
         blocks = None
         with collective(topo.comm):
             blocks = _load_blocks(topo, layout, config, sources)

@@ -53,21 +53,29 @@ class Step:
         return self.k1 - self.k0
 
 
-def summa_plan(layout: Layout, panel: int) -> list[Step]:
-    """The steps of SUMMA for ``layout`` with panels at most ``panel`` wide."""
+def summa_plan(layout: Layout, panel: int, ramp: bool = False) -> list[Step]:
+    """The steps of SUMMA for ``layout`` with panels at most ``panel`` wide.
+
+    With ``ramp`` the first panels are narrower (``panel/8``, doubling up to
+    ``panel``): the first panel cannot overlap any GEMM, so its transfer is
+    exposed; a narrow one makes that cost small while the later, wide panels
+    keep the GEMM at full rate.
+    """
     if panel < 1:
         raise ValueError(f"panel width {panel} must be positive")
     grid, k = layout.grid, layout.k
     steps: list[Step] = []
+    width = max(1, panel // 8) if ramp else panel
     k0 = 0
     while k0 < k:
         a_root = block_owner(k, grid.cols, k0)
         b_root = block_owner(k, grid.rows, k0)
         a_lo, a_hi = layout.a_k(a_root)
         b_lo, b_hi = layout.b_k(b_root)
-        k1 = min(k0 + panel, a_hi, b_hi)
+        k1 = min(k0 + width, a_hi, b_hi)
         steps.append(Step(len(steps), k0, k1, a_root, k0 - a_lo, b_root, k0 - b_lo))
         k0 = k1
+        width = min(panel, 2 * width)
     return steps
 
 
@@ -79,6 +87,8 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool) -> int:
     to overlap.  We also align to the k blocks, so that whole blocks split into
     equal panels (no sliver steps).  On a CPU the BLAS saturates earlier.
     """
+    if layout.grid.size == 1:
+        return layout.k  # nothing moves: one GEMM of full depth is fastest
     target = 2048 if on_gpu else 256
     if itemsize <= 2:
         target *= 2  # half precision runs 15x faster: more work per call

@@ -137,7 +137,8 @@ def run(cmd: list[str], *, timeout: float = 60, check: bool = True, **kwargs
     if "input" not in kwargs:
         kwargs["stdin"] = subprocess.DEVNULL
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True,
+                              timeout=timeout, **kwargs)
     except subprocess.TimeoutExpired as exc:
         raise RuntimeError(f"{' '.join(cmd)}: no answer within {timeout} s") from exc
     if check and proc.returncode != 0:
@@ -323,8 +324,8 @@ class Cluster:
             # The node's CPU count is larger than the machine's.
             "SlurmdParameters=config_overrides",
             "GresTypes=gpu",
-            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} "
-            f"Gres=gpu:{FAKE_GPUS} State=UNKNOWN",
+            (f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} "
+             f"Gres=gpu:{FAKE_GPUS} State=UNKNOWN"),
             f"PartitionName=test Nodes={self.host} Default=YES MaxTime=30 State=UP",
             "",
         ]))
@@ -336,11 +337,11 @@ class Cluster:
 
     def start_daemon(self, name: str, cmd: list[str]) -> None:
         """Start ``cmd`` in the foreground mode of its daemon, output to log/NAME.out."""
-        out = open(self.root / "log" / f"{name}.out", "wb")
-        self.procs[name] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                            stderr=subprocess.STDOUT, env=self.env,
-                                            start_new_session=True)
-        out.close()
+        # The daemon keeps its own copy of the file descriptor.
+        with open(self.root / "log" / f"{name}.out", "wb") as out:
+            self.procs[name] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                                stderr=subprocess.STDOUT, env=self.env,
+                                                start_new_session=True)
 
     def wait_until(self, what: str, ready, timeout: float = 60) -> None:
         """Poll ``ready()`` until true; fail with the daemons' logs if a daemon exits.
@@ -553,9 +554,12 @@ class Finished:
     results: list[Path]
 
     def line(self) -> str:
-        """``SLURM job <id> <script> <state> ExitCode=<code> (<label>)``."""
-        return (f"SLURM job {self.job_id} {self.spec.script} {self.info.get('JobState')} "
-                f"ExitCode={self.info.get('ExitCode')} ({self.spec.label}: "
+        """``SLURM job <id> <script> <state> ExitCode=<code> [verdict] (<label>: <line>)``."""
+        state = self.info.get("JobState")
+        expected = "COMPLETED" if self.spec.ok else "FAILED"
+        verdict = "as expected" if state == expected else f"EXPECTED {expected}"
+        return (f"SLURM job {self.job_id} {self.spec.script} {state} "
+                f"ExitCode={self.info.get('ExitCode')} [{verdict}] ({self.spec.label}: "
                 f"{' '.join(self.spec.command())})")
 
     def explain(self) -> str:
@@ -617,8 +621,8 @@ def test_script_is_well_formed(script):
     assert proc.returncode == 0, proc.stderr
     assert "set -euo pipefail" in text
     assert f"sbatch jobs/{script}" in text or re.search(rf"sbatch .*jobs/{script}", text)
-    assert re.search(r"^##SBATCH --account=", text, re.M), "account placeholder missing"
-    assert re.search(r"^##SBATCH --partition=", text, re.M), "partition placeholder missing"
+    assert re.search(r"^##SBATCH --account=", text, re.MULTILINE), "account placeholder missing"
+    assert re.search(r"^##SBATCH --partition=", text, re.MULTILINE), "partition placeholder missing"
 
 
 @pytest.mark.parametrize("label", [s.label for s in PLAN if s.ok])

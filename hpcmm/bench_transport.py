@@ -1,0 +1,238 @@
+"""``python -m hpcmm bench transport``: GB/s of each data path between rank pairs.
+
+For the pairs (0, r), r = 1 … P−1, and sizes from 1 MiB to 1 GiB, rank r
+receives a buffer of rank 0's through every path it can use, through the same
+transport classes the product uses:
+
+* ``ipc`` (GPU, same node) and ``shm`` (CPU, same node): a pull from the
+  peer's exported buffer;
+* ``mpi``: an MPI broadcast of the backend's own buffers (device buffers on
+  GPU only where MPI is CUDA-aware);
+* ``staged``: device → pinned host → MPI → device (GPU).
+
+Beside them, measured in the same run: the device-to-device copy rate of one
+GPU (``d2d``), the peer copy between two GPUs inside one process (``peer``,
+``cudaMemcpyPeerAsync``: what IPC pulls should reach), and the raw MPI rate
+without hpcmm (``raw-mpi-device`` where MPI is CUDA-aware, ``raw-mpi-host``
+with host buffers).  GB/s are bytes moved ÷ seconds (each byte counted once).
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+from mpi4py import MPI
+
+from . import h5io
+from .backend import make_backend
+from .config import RunConfig
+from .errors import InputError, collective
+from .metadata import versions
+from .topology import Topology
+from .transport import decide
+from .transport.ipc import IpcPeerMemory, ShmPeerMemory
+from .transport.mpi import DirectBroadcast, StagedBroadcast
+
+__all__ = ["transport_main", "DEFAULT_SIZES_MIB"]
+
+DEFAULT_SIZES_MIB = (1, 4, 16, 64, 256, 1024)
+
+
+def _median_seconds(backend, fn, reps: int, comm: MPI.Comm) -> float:
+    times = []
+    for i in range(reps + 1):
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        ev = fn()
+        if backend.on_gpu:
+            backend.stream_synchronize(backend.comm_stream)
+            if ev is not None:
+                backend.event_synchronize(ev)
+        if i:
+            times.append(MPI.Wtime() - t0)
+    return float(np.median(times))
+
+
+def _reps(nbytes: int) -> int:
+    return 20 if nbytes <= 64 << 20 else 8
+
+
+def _references(backend, sizes, rows) -> None:
+    """This GPU's own copy rate, and a peer copy GPU1→GPU0 in one process."""
+    if not backend.on_gpu:
+        return
+    cp, rt = backend.cupy, backend.cupy.cuda.runtime
+    stream = backend.comm_stream
+    count = rt.getDeviceCount()
+    for nbytes in sizes:
+        with backend.device:
+            src = cp.empty(nbytes, dtype=np.uint8)
+            dst = cp.empty(nbytes, dtype=np.uint8)
+            src.fill(1)
+        rows.append(_event_timed(backend, "d2d", nbytes, lambda: rt.memcpyAsync(
+            dst.data.ptr, src.data.ptr, nbytes, rt.memcpyDeviceToDevice, stream.ptr)))
+        if count > 1:
+            other = (backend.device_id + 1) % count
+            with cp.cuda.Device(other):
+                far = cp.empty(nbytes, dtype=np.uint8)
+                far.fill(2)
+            with backend.device:
+                rows.append(_event_timed(backend, "peer", nbytes, lambda: rt.memcpyPeerAsync(
+                    dst.data.ptr, backend.device_id, far.data.ptr, other, nbytes, stream.ptr)))
+            del far
+        del src, dst
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+def _event_timed(backend, path, nbytes, fn) -> dict:
+    cp, stream = backend.cupy, backend.comm_stream
+    times = []
+    for i in range(_reps(nbytes) + 1):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        fn()
+        stop.record(stream)
+        stop.synchronize()
+        if i:
+            times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    sec = float(np.median(times))
+    return {"src": -1, "dst": -1, "path": path, "bytes": nbytes, "seconds": sec, "gbps": nbytes / sec / 1e9}
+
+
+def transport_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
+    size = comm.Get_size()
+    if size < 2:
+        raise InputError("bench transport needs at least 2 ranks (mpiexec -n 2 ...)")
+    try:
+        sizes = [int(s) << 20 for s in (ns.sizes.split(",") if ns.sizes else DEFAULT_SIZES_MIB)]
+    except ValueError:
+        raise InputError(f"--sizes={ns.sizes!r}: expected MiB as integers, e.g. 1,16,256") from None
+    out = config.out if config.out != RunConfig.out else "hpcmm-transport.h5"
+    with collective(comm):
+        if comm.Get_rank() == 0:
+            h5io.check_output_path(out, config.overwrite)
+    topo = Topology.create(comm, config)
+    backend = None
+    rows: list[dict] = []
+    try:
+        with collective(topo.comm):
+            backend = make_backend(config.device, topo.local_rank, topo.local_size)
+        aware = decide(config.cuda_aware_mpi, option_source=source)
+        rank = topo.rank
+        if rank == 0:
+            _references(backend, sizes, rows)
+        vnodes = topo.comm.allgather(topo.vnode)
+        for peer in range(1, size):
+            pair = topo.comm.Split(0 if rank in (0, peer) else MPI.UNDEFINED, 0 if rank == 0 else 1)
+            if pair != MPI.COMM_NULL:
+                rows += _pair(backend, pair, peer, sizes, vnodes[0] == vnodes[peer], aware.aware)
+                pair.Free()
+        gathered = topo.comm.gather(rows, root=0)
+    finally:
+        if backend is not None:
+            backend.close()
+        topo.close()
+    if comm.Get_rank() == 0:
+        rows = [r for part in gathered for r in part]
+        _print(rows)
+        h5io.write_table_file(out, config.overwrite, "bench-transport", "transport", rows, versions())
+    return 0
+
+
+def _pair(backend, pair: MPI.Comm, peer: int, sizes, same_node: bool, aware: bool) -> list[dict]:
+    """Rank 0 of ``pair`` sends, rank 1 (world rank ``peer``) receives; rows from the receiver."""
+    me = pair.Get_rank()
+    rows = []
+    largest = max(sizes)
+    paths = []
+    if same_node:
+        paths.append(IpcPeerMemory if backend.on_gpu else ShmPeerMemory)
+    if backend.on_gpu:
+        paths.append(DirectBroadcast if aware else None)
+        paths.append(StagedBroadcast)
+        if aware:
+            paths.append("raw-mpi-device")
+    else:
+        paths.append(DirectBroadcast)
+    paths.append("raw-mpi-host")
+    for path in filter(None, paths):
+        if path in (IpcPeerMemory, ShmPeerMemory):
+            peers = path(pair, backend)
+            buf = peers.allocate(largest)
+            if me == 0:
+                _fill(backend, buf)
+            backend.synchronize()
+            pair.Barrier()
+            for nbytes in sizes:
+                dst = backend.empty(nbytes, np.uint8)
+                fn = (lambda d=dst, n=nbytes: peers.pull(d, 0, 0, n, backend.comm_stream)) if me == 1 else (lambda: None)
+                rows.append(_row(path.path, peer, nbytes, _median_seconds(backend, fn, _reps(nbytes), pair)))
+                if me == 1:
+                    _check(backend, dst)
+            peers.close()
+        elif path in (DirectBroadcast, StagedBroadcast):
+            mover = path(backend)
+            for nbytes in sizes:
+                buf = backend.empty(nbytes, np.uint8)
+                if me == 0:
+                    _fill(backend, buf)
+                else:
+                    buf.fill(0)
+                backend.synchronize()
+                fn = (lambda b=buf: mover.send(pair, b)) if me == 0 else (lambda b=buf: mover.receive(pair, b))
+                rows.append(_row(path.path, peer, nbytes, _median_seconds(backend, fn, _reps(nbytes), pair)))
+                if me == 1:
+                    backend.synchronize()
+                    _check(backend, buf)
+            mover.close()
+        else:  # raw MPI point to point, no hpcmm code in the way
+            device = path == "raw-mpi-device"
+            for nbytes in sizes:
+                buf = backend.empty(nbytes, np.uint8) if device else np.empty(nbytes, np.uint8)
+                buf.fill(1)
+                backend.synchronize()
+                chunk = 1 << 30
+
+                def move(b=buf):
+                    for lo in range(0, b.shape[0], chunk):
+                        if me == 0:
+                            pair.Send(b[lo : lo + chunk], dest=1)
+                        else:
+                            pair.Recv(b[lo : lo + chunk], source=0)
+
+                rows.append(_row(path, peer, nbytes, _median_seconds(backend, move, _reps(nbytes), pair)))
+    return rows if me == 1 else []
+
+
+def _fill(backend, buf) -> None:
+    n = buf.shape[0]
+    pattern = (np.arange(n, dtype=np.uint32) % 251).astype(np.uint8)
+    buf[...] = backend.xp.asarray(pattern) if backend.on_gpu else pattern
+
+
+def _check(backend, dst) -> None:
+    n = dst.shape[0]
+    got = backend.to_host(dst[: min(n, 1 << 20)])
+    want = (np.arange(got.shape[0], dtype=np.uint32) % 251).astype(np.uint8)
+    if not np.array_equal(got, want):
+        raise RuntimeError(f"transport check failed for {n} bytes: data differs")
+
+
+def _row(path, peer, nbytes, seconds) -> dict:
+    return {"src": 0, "dst": peer, "path": path, "bytes": nbytes, "seconds": seconds,
+            "gbps": nbytes / seconds / 1e9}
+
+
+def _print(rows: list[dict]) -> None:
+    sizes = sorted({r["bytes"] for r in rows})
+    keys = []
+    for r in rows:
+        key = (r["path"], r["src"], r["dst"])
+        if key not in keys:
+            keys.append(key)
+    print(f"{'path':<16}{'pair':>7}" + "".join(f"{s >> 20:>9} MiB" for s in sizes))
+    for path, src, dst in keys:
+        vals = {r["bytes"]: r["gbps"] for r in rows if (r["path"], r["src"], r["dst"]) == (path, src, dst)}
+        pair = "-" if src < 0 else f"{src}->{dst}"
+        print(f"{path:<16}{pair:>7}" + "".join(f"{vals.get(s, float('nan')):>13.1f}" for s in sizes))
+    print("GB/s (bytes moved / seconds, median); d2d = one GPU's own copy, peer = cudaMemcpyPeer in one process")

@@ -1,0 +1,105 @@
+"""``python -m hpcmm report FILE [--plot timeline.png]``: read a results file back.
+
+Prints the summary of a run file (and the tables of benchmark files); with
+``--plot`` draws the timeline of one timed iteration as a Gantt chart, one
+lane per rank and stream (compute: GEMMs; comm: A and B panel transfers),
+so that overlap, or its absence, is visible.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .errors import InputError
+from .summary import print_summary
+
+__all__ = ["report_main", "plot_timeline"]
+
+
+def _decode(v):
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, np.ndarray) and v.dtype.kind in "OS":
+        return [x.decode() if isinstance(x, bytes) else x for x in v]
+    return v
+
+
+def report_main(ns) -> int:
+    import h5py  # noqa: PLC0415
+
+    if not os.path.isfile(ns.file) or not h5py.is_hdf5(ns.file):
+        raise InputError(f"report {ns.file}: not an HDF5 file")
+    with h5py.File(ns.file, "r") as f:
+        kind = _decode(f.attrs.get("kind", "run"))
+        if kind != "run" and "summary" not in f:
+            for name in ("bench", "transport"):
+                if name in f:
+                    rows = f[name][:]
+                    cols = rows.dtype.names
+                    print("  ".join(cols))
+                    for r in rows:
+                        print("  ".join(str(_decode(r[c])) for c in cols))
+            return 0
+        if "summary" not in f:
+            raise InputError(f"report {ns.file}: no /summary group (not an hpcmm results file)")
+        summary = {k: _decode(v) for k, v in f["summary"].attrs.items()}
+        cfg = {k: _decode(v) for k, v in f["config"].attrs.items()}
+        print(f"{ns.file}: m={cfg.get('m')} n={cfg.get('n')} k={cfg.get('k')} {cfg.get('dtype')} "
+              f"grid {cfg.get('grid')} backend {cfg.get('backend')} ({f.attrs.get('ranks')} ranks)")
+        print_summary(summary, None)
+        if ns.plot:
+            if "timeline" not in f:
+                raise InputError(f"report {ns.file}: no /timeline (the run used --no-timeline)")
+            events = f["timeline/events"][:]
+            plot_timeline(events, ns.plot, iteration=ns.iteration,
+                          title=f"{cfg.get('m')}x{cfg.get('n')}x{cfg.get('k')} {cfg.get('dtype')}, "
+                                f"grid {cfg.get('grid')}, {cfg.get('backend')}, paths "
+                                f"{', '.join(summary.get('paths', [])) or '-'}")
+            print(f"timeline: {ns.plot}")
+    return 0
+
+
+def plot_timeline(events: np.ndarray, path: str, iteration: int | None = None, title: str = "") -> None:
+    """Gantt chart of one iteration: rows (rank, stream), bars per GEMM and transfer.
+
+    ``events`` columns: rank, iteration, stream (0 compute, 1 comm), kind
+    (0 GEMM, 1 A panel, 2 B panel), step, start, end (seconds from the
+    iteration's start on that rank).
+    """
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    from matplotlib.patches import Patch  # noqa: PLC0415
+
+    if events.size == 0:
+        raise InputError("no timeline events to plot")
+    iterations = np.unique(events[:, 1]).astype(int)
+    it = int(iterations[-1] if iteration is None else iteration)
+    if it not in iterations:
+        raise InputError(f"--iteration={it}: the file holds iterations {list(iterations)}")
+    ev = events[events[:, 1] == it]
+    ranks = np.unique(ev[:, 0]).astype(int)
+    colors = {0: "#1f77b4", 1: "#ff7f0e", 2: "#2ca02c"}
+    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.55 * 2 * len(ranks)))
+    labels, y = [], 0
+    for r in ranks:
+        for stream, name in ((0, "compute"), (1, "comm")):
+            sel = ev[(ev[:, 0] == r) & (ev[:, 2] == stream)]
+            bars = [(s * 1e3, max((e - s) * 1e3, 1e-4)) for s, e in sel[:, 5:7]]
+            ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=[colors[int(k)] for k in sel[:, 3]],
+                           edgecolor="white", linewidth=0.3)
+            labels.append(f"rank {r} {name}")
+            y += 1
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("milliseconds from the start of the iteration")
+    ax.set_title(title or f"iteration {it}")
+    ax.legend(handles=[Patch(color=colors[0], label="GEMM"), Patch(color=colors[1], label="A panel"),
+                       Patch(color=colors[2], label="B panel")], loc="upper right", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
