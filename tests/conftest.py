@@ -1,0 +1,68 @@
+"""Test-suite configuration shared by every folder under ``tests/``.
+
+Two ways the suite runs:
+
+* ``python -m pytest`` (serial): everything but ``tests/mpi``, whose tests need
+  several processes.  ``tests/test_mpi_suite.py`` starts them itself, as
+  ``mpiexec -n N python -m pytest --with-mpi tests/mpi`` for N = 1 … 4.
+* ``mpiexec -n N python -m pytest --with-mpi tests/mpi``: the MPI tests, one
+  pytest per rank (pytest-mpi skips a test whose ``min_size`` exceeds N).
+
+Time limits, where pytest-timeout is installed and no ``--timeout`` was given:
+a test may take :data:`DEFAULT_TIMEOUT` seconds (``slurm`` tests, which may
+install packages and start daemons, :data:`SLURM_TIMEOUT`; MPI tests
+:data:`MPI_TIMEOUT`).  Under MPI the limit ends the process from a watchdog
+thread: a rank blocked inside an MPI call never returns to Python to see a
+signal, and the launcher then ends the other ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+DEFAULT_TIMEOUT = 600
+SLURM_TIMEOUT = 1800
+MPI_TIMEOUT = 120
+
+_MPI_DIR = Path(__file__).resolve().parent / "mpi"
+
+
+def _with_mpi(config: pytest.Config) -> bool:
+    try:
+        return bool(config.getoption("--with-mpi") or config.getoption("--only-mpi"))
+    except ValueError:  # pytest-mpi is not installed
+        return False
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
+    """Leave ``tests/mpi`` to the MPI runs: without ``--with-mpi`` it is not collected."""
+    if not _with_mpi(config) and (collection_path == _MPI_DIR or _MPI_DIR in collection_path.parents):
+        return True
+    return None
+
+
+def _timeout_configured(config: pytest.Config) -> bool:
+    """Whether a limit came from ``--timeout``, ``PYTEST_TIMEOUT`` or the ini file."""
+    return bool(config.getoption("timeout", None) or os.environ.get("PYTEST_TIMEOUT")
+                or config.getini("timeout"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test without its own limit the default one (pytest-timeout only)."""
+    if not config.pluginmanager.hasplugin("timeout") or _timeout_configured(config):
+        return
+    # A signal cannot interrupt a rank waiting inside the MPI library: use a thread.
+    method = "thread" if _with_mpi(config) else None
+    for item in items:
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        if item.get_closest_marker("slurm") is not None:
+            limit = SLURM_TIMEOUT
+        elif item.get_closest_marker("mpi") is not None:
+            limit = MPI_TIMEOUT
+        else:
+            limit = DEFAULT_TIMEOUT
+        item.add_marker(pytest.mark.timeout(limit, method=method))

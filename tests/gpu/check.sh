@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The whole GPU check of hpcmm in one call, on a node with (at least) 2 GPUs.
+#
+#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers (default: what the kit holds)
+#
+# Expects the kit of ../shared/device in .device/ (prepare.sh: the CUDA-aware Open MPI;
+# prepare.sh --peers: cuBLASMp and Heat instead).  Each mode runs in a subshell that sources
+#   .device/env.sh system       the machine's MPI, NOT CUDA-aware: hpcmm must stage (never crash)
+#   .device/env.sh cuda-aware   Open MPI 5 + UCX with CUDA: told with --cuda-aware-mpi yes, hpcmm uses it
+# Logs, HDF5 files and the timeline picture go to $OUT (or /tmp/hpcmm-check); a table of every
+# check is printed last.  Exit status: the number of failed checks (0 = all passed).
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/hpcmm-check}
+work=/tmp/hpcmm-check-work
+mkdir -p "$OUT" "$work"
+log=$OUT/check.log
+table=$work/table.txt
+: > "$table"
+export OMP_NUM_THREADS=1
+
+modes=("$@")
+if [ ${#modes[@]} -eq 0 ]; then
+  modes=(system)
+  ls .device/wheels/libucx_cu13-*.whl >/dev/null 2>&1 && modes+=(cuda-aware)
+  ls .device/wheels/peers/nvmath_python-*.whl >/dev/null 2>&1 && modes+=(peers)
+fi
+
+record() {  # record MODE NAME STATUS DETAIL
+  printf '%-10s %-44s %-5s %s\n' "$1" "$2" "$3" "$4" >> "$table"
+}
+
+# check MODE NAME EXPECT_EXIT EXPECT_PATHS(regex or -) -- command...
+# Runs the command, then reads /summary of the --out file: verified, paths.
+check() {
+  local mode=$1 name=$2 want_rc=$3 want_paths=$4; shift 5
+  local out=$work/$mode-$name.h5 rc detail status=PASS
+  rm -f "$out"
+  echo "=== [$mode] $name: $* --out $out" >> "$log"
+  local t0=$SECONDS
+  "$@" --out "$out" >> "$log" 2>&1; rc=$?
+  detail="rc=$rc $((SECONDS - t0))s"
+  [ "$rc" = "$want_rc" ] || status=FAIL
+  if [ "$want_rc" = 0 ]; then
+    local facts
+    facts=$(python3 - "$out" <<'PY' 2>&1
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    s = f["summary"].attrs
+    paths = ",".join(p.decode() if isinstance(p, bytes) else p for p in s["paths"])
+    print(f"verified={bool(s['verified'])} paths={paths or '-'} tflops={s['tflops']:.2f} "
+          f"exposed={100 * s['exposed_comm_fraction']:.2f}% residual={s['residual']:.1e}")
+PY
+)
+    detail="$detail $facts"
+    case "$facts" in *verified=True*) ;; *) status=FAIL ;; esac
+    if [ "$want_paths" != - ] && ! [[ "$facts" =~ paths=($want_paths)( |$) ]]; then status=FAIL; detail="$detail (want paths $want_paths)"; fi
+  fi
+  record "$mode" "$name" "$status" "$detail"
+}
+
+product_checks() {  # product_checks MODE EXTRA_ARGS...   (2 and 8 ranks on the 2 GPUs)
+  local mode=$1; shift
+  local cross=staged; [ "$mode" = cuda-aware ] && cross=mpi
+  check "$mode" n2-8192-f64 0 ipc -- mpiexec -n 2 python3 -m hpcmm --m 8192 --n 8192 --k 8192 "$@" --quiet
+  check "$mode" n2-uneven 0 ipc -- mpiexec -n 2 python3 -m hpcmm --m 10007 --n 6001 --k 3001 "$@" --quiet
+  check "$mode" n8-8192-f64 0 ipc -- mpiexec -n 8 python3 -m hpcmm --m 8192 --n 8192 --k 8192 "$@" --quiet
+  check "$mode" n8-uneven 0 ipc -- mpiexec -n 8 python3 -m hpcmm --m 10007 --n 6001 --k 3001 "$@" --quiet
+  check "$mode" n2-rpn1-8192 0 "$cross" -- mpiexec -n 2 python3 -m hpcmm --m 8192 --n 8192 --k 8192 --ranks-per-node 1 "$@" --quiet
+  check "$mode" n2-rpn1-uneven-full 0 "$cross" -- mpiexec -n 2 python3 -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 1 --verify full "$@" --quiet
+  check "$mode" n8-rpn1-uneven 0 "$cross" -- mpiexec -n 8 python3 -m hpcmm --m 10007 --n 6001 --k 3001 --ranks-per-node 1 "$@" --quiet
+  check "$mode" n8-rpn2-uneven 0 "ipc,$cross" -- mpiexec -n 8 python3 -m hpcmm --m 10007 --n 6001 --k 3001 --ranks-per-node 2 "$@" --quiet
+  check "$mode" n4-rpn2-f32-full 0 "ipc,$cross" -- mpiexec -n 4 python3 -m hpcmm --m 3001 --n 2003 --k 1999 --dtype float32 --ranks-per-node 2 --verify full "$@" --quiet
+}
+
+run_mode() {
+  local mode=$1
+  case "$mode" in
+    system)
+      source .device/env.sh system >> "$log" 2>&1 || { record system setup FAIL "env.sh"; return; }
+      mpiexec -n 2 python3 -m hpcmm info >> "$log" 2>&1
+      echo "=== [system] pytest -m gpu" >> "$log"
+      local t0=$SECONDS
+      python3 -m pytest -q -m "gpu" -p no:cacheprovider tests >> "$log" 2>&1
+      local rc=$?
+      record system "pytest -m gpu" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "rc=$rc $((SECONDS - t0))s $(grep -aE '[0-9]+ (passed|failed)' "$log" | tail -1)"
+      product_checks system
+      # auto on a library that says it is not CUDA-aware must stage: no crash, no device pointer to MPI
+      check system n2-rpn1-auto-stages 0 staged -- mpiexec -n 2 python3 -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 1 --cuda-aware-mpi auto --quiet
+      # reliability on the GPU: a problem that cannot fit is refused before allocation (exit 2)
+      check system refuse-too-big 2 - -- mpiexec -n 2 python3 -m hpcmm --m 300000 --n 300000 --k 300000 --quiet
+      grep -a "does not fit" "$log" | tail -1 | sed 's/^/    /' >> "$table"
+      echo "=== [system] bench transport" >> "$log"
+      mpiexec -n 2 python3 -m hpcmm bench transport --out "$work/transport-system.h5" --overwrite >> "$log" 2>&1
+      record system "bench transport" "$([ $? = 0 ] && echo PASS || echo FAIL)" "$work/transport-system.h5"
+      ;;
+    cuda-aware)
+      source .device/env.sh cuda-aware >> "$log" 2>&1 || { record cuda-aware setup FAIL "env.sh"; return; }
+      product_checks cuda-aware --cuda-aware-mpi yes
+      echo "=== [cuda-aware] bench transport" >> "$log"
+      mpiexec -n 2 python3 -m hpcmm bench transport --cuda-aware-mpi yes --ranks-per-node 1 \
+        --out "$work/transport-cuda-aware.h5" --overwrite >> "$log" 2>&1
+      record cuda-aware "bench transport (rpn 1)" "$([ $? = 0 ] && echo PASS || echo FAIL)" "$work/transport-cuda-aware.h5"
+      mpiexec -n 2 python3 -m hpcmm bench transport --cuda-aware-mpi yes \
+        --out "$work/transport-cuda-aware-node.h5" --overwrite >> "$log" 2>&1
+      record cuda-aware "bench transport (node)" "$([ $? = 0 ] && echo PASS || echo FAIL)" "$work/transport-cuda-aware-node.h5"
+      ;;
+    peers)
+      source .device/env.sh system >> "$log" 2>&1 || { record peers setup FAIL "env.sh"; return; }
+      bench() {  # bench NAME NRANKS CASES
+        echo "=== [peers] bench $1: mpiexec -n $2 python3 -m hpcmm bench --cases '$3'" >> "$log"
+        local t0=$SECONDS
+        mpiexec -n "$2" python3 -m hpcmm bench --cases "$3" --out "$work/bench-$1.h5" --overwrite >> "$log" 2>&1
+        local rc=$?
+        record peers "bench $1" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "rc=$rc $((SECONDS - t0))s"
+      }
+      bench n2 2 "float64:32768;float64:16384;float32:16384;float16:32768;float64:30011x20011x16411;tf32:16384"
+      bench n1 1 "float64:16384"
+      bench n3 3 "float64:16384"
+      bench n8 8 "float64:32768"
+      # the timeline picture, and what recording it costs
+      check peers timeline-on 0 ipc -- mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 5 --quiet
+      cp "$work/peers-timeline-on.h5" "$work/timeline.h5"
+      python3 -m hpcmm report "$work/timeline.h5" --plot "$OUT/timeline.png" >> "$log" 2>&1
+      check peers timeline-off 0 ipc -- mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 5 --no-timeline --quiet
+      ;;
+    *) record "$mode" "unknown mode" FAIL "" ;;
+  esac
+}
+
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv >> "$log" 2>&1
+for mode in "${modes[@]}"; do
+  ( run_mode "$mode" )
+done
+for f in "$work"/bench-*.h5 "$work"/transport-*.h5; do
+  [ -f "$f" ] || continue
+  echo "=== $(basename "$f")" >> "$OUT/figures.txt"
+  python3 -m hpcmm report "$f" >> "$OUT/figures.txt" 2>&1
+done
+tar czf "$OUT/results.tgz" -C "$work" . 2>/dev/null
+grep -aE "^(case|float|tf32|path|ipc|shm|mpi|staged|raw|d2d|peer|note)" "$log" | tail -60 > "$OUT/tables.txt"
+cat "$OUT/tables.txt"
+echo
+printf '%-10s %-44s %-5s %s\n' mode check ok detail
+cat "$table"
+exit "$(grep -c ' FAIL ' "$table")"
