@@ -80,9 +80,15 @@ def parse_cases(text: str) -> list[Case]:
 def one_gpu_seconds(backend, case: Case, iters: int = 5) -> float:
     """Median seconds of ``cupy.matmul`` (or numpy) of the whole problem on this device."""
     xp = backend.xp
-    rng = np.random.default_rng(7)
-    a = backend.from_host(rng.random((case.m, case.k), dtype=np.float32).astype(case.dtype))
-    b = backend.from_host(rng.random((case.k, case.n), dtype=np.float32).astype(case.dtype))
+    if backend.on_gpu:
+        with backend.device:  # drawn on the device: the host would take longer than the product
+            rng = xp.random.default_rng(7)
+            a = rng.random((case.m, case.k), dtype=np.float32).astype(case.dtype)
+            b = rng.random((case.k, case.n), dtype=np.float32).astype(case.dtype)
+    else:
+        rng = np.random.default_rng(7)
+        a = rng.random((case.m, case.k), dtype=np.float32).astype(case.dtype)
+        b = rng.random((case.k, case.n), dtype=np.float32).astype(case.dtype)
     c = backend.empty((case.m, case.n), case.dtype)
     times = []
     compute = getattr(backend, "compute_stream", None)
@@ -151,8 +157,11 @@ def bench_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
     for case in cases:
         cfg = config.replace(m=case.m, n=case.n, k=case.k, dtype=case.dtype, tf32=case.tf32,
                              quiet=True, out=out, warmup=max(config.warmup, 1))
+        say = (lambda msg: sys.stderr.write(f"hpcmm bench: {case.label}: {msg}\n")) if rank == 0 else (lambda msg: None)
         one_gpu, gpus, backend = _baseline(comm, cfg, case)
+        say(f"one GPU {case.flops / one_gpu / 1e12:.2f} TFLOP/s")
         result = run(cfg, comm, cuda_aware_source=source, write=False)
+        say(f"hpcmm {result.summary['tflops']:.2f} TFLOP/s")
         s = result.summary
         row = {
             "case": case.label, "dtype": case.dtype, "tf32": int(case.tf32), "m": case.m, "n": case.n,
@@ -172,6 +181,7 @@ def bench_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
                 secs, note = float("nan"), "not run for tf32"
             else:
                 secs, note = _peer(fn, comm, backend, case.m, case.n, case.k, case.dtype, **kwargs)
+                say(f"{name} {case.flops / secs / 1e12 if secs == secs else float('nan'):.2f} TFLOP/s {note}")
             row[f"{name}_tflops"] = case.flops / secs / 1e12 if secs == secs else float("nan")
             row[f"hpcmm_over_{name}"] = row["hpcmm_tflops"] / row[f"{name}_tflops"] if secs == secs else float("nan")
             row[f"{name}_note"] = note
