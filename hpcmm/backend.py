@@ -40,6 +40,52 @@ def gpu_count() -> int:
         return 0
 
 
+def _meminfo_available() -> int | None:
+    """``MemAvailable`` of /proc/meminfo in bytes (Linux), or ``None``."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_memory_limit() -> int | None:
+    """The tightest memory limit on this process's cgroup and its parents (v2 or v1), or ``None``.
+
+    Batch systems set it on the job's cgroup, above the step's and the task's.
+    """
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    limits = []
+    for fields in lines:
+        if len(fields) != 3:
+            continue
+        hid, controllers, path = fields
+        if hid == "0" and not controllers:
+            root, name = "/sys/fs/cgroup", "memory.max"
+        elif "memory" in controllers.split(","):
+            root, name = "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        # Inside a container the path may name a hierarchy it cannot see: those reads fail.
+        for depth in range(len(parts), -1, -1):
+            try:
+                with open("/".join([root, *parts[:depth], name]), encoding="ascii") as f:
+                    text = f.read().strip()
+            except OSError:
+                continue
+            if text.isdigit():  # "max": no limit at this level
+                limits.append(int(text))
+    return min(limits) if limits else None
+
+
 class Backend:
     """What the engine and the transports need from an array library."""
 
@@ -67,14 +113,25 @@ class Backend:
         return np.empty(nbytes, dtype=np.uint8)
 
     def memory_info(self) -> tuple[int, int]:
-        """``(free, total)`` bytes where the blocks live."""
+        """``(free, total)`` bytes where the blocks live.
+
+        On the host, what the kernel can hand out without swapping
+        (``MemAvailable``: free memory alone leaves out the page cache it drops
+        on demand), no more than the memory limit of this process's cgroup (a
+        batch job's share of the node, beyond which the job is killed).
+        """
         import os  # noqa: PLC0415
 
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        try:
-            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError):
-            avail = pages
+        avail = _meminfo_available()
+        if avail is None:
+            try:
+                avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            except (ValueError, OSError):
+                avail = pages
+        limit = _cgroup_memory_limit()
+        if limit is not None and limit < pages:
+            avail = min(avail, limit)
         return avail, pages
 
     def peak_memory(self) -> int:

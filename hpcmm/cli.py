@@ -20,10 +20,11 @@ import argparse
 import os
 import signal
 import sys
+import threading
 
 from .config import DEVICES, DTYPES, TRISTATE, VERIFY_MODES, RunConfig, parse_grid, parse_matrix_source
 from .config import parse_positive_int, settings_from_environment
-from .errors import HpcmmError, InputError
+from .errors import HpcmmError, InputError, collective
 
 __all__ = ["main", "build_parser"]
 
@@ -129,24 +130,56 @@ def config_from(ns: argparse.Namespace, environ=None) -> tuple[RunConfig, str]:
     return RunConfig(**values), source
 
 
+_STOPPING = threading.Lock()
+_WATCHER: list[threading.Thread] = []
+
+
+def _stop(signum: int) -> None:
+    """Remove partial files and end the process (whichever thread sees the signal first)."""
+    from .run import cleanup_on_signal  # noqa: PLC0415
+
+    _STOPPING.acquire()  # a second caller waits here until the first one has ended the process
+    cleanup_on_signal()
+    name = signal.Signals(signum).name
+    sys.stderr.write(f"hpcmm: stopped by {name}; no results written\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
 def _install_signal_handlers() -> None:
     """SIGTERM/SIGINT (a batch system's time limit, Ctrl-C): remove partial files and leave.
 
     No collective work is attempted: the other ranks get the same signal or are
     ended by the launcher.  Exported device memory is released by the driver
     when the process ends.
+
+    Python runs a signal handler in the main thread between two bytecodes, so a
+    rank waiting inside MPI (or a BLAS call) would never get to it.  The signal
+    number is therefore also written to a wakeup pipe, and a watcher thread
+    (MPI and BLAS calls release the GIL) acts on it at once.
     """
-    from .run import cleanup_on_signal  # noqa: PLC0415
-
-    def handler(signum, frame):  # noqa: ARG001
-        cleanup_on_signal()
-        name = signal.Signals(signum).name
-        sys.stderr.write(f"hpcmm: stopped by {name}; no results written\n")
-        sys.stderr.flush()
-        os._exit(128 + signum)
-
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, handler)
+        signal.signal(sig, lambda signum, frame: _stop(signum))
+    if _WATCHER:
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    if previous != -1:
+        # Someone else (an event loop) owns the wakeup fd: leave it to them.
+        signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+
+    def watch() -> None:
+        while True:
+            for signum in os.read(read_fd, 64):
+                if signum in (signal.SIGTERM, signal.SIGINT):
+                    _stop(signum)
+
+    _WATCHER.append(threading.Thread(target=watch, name="hpcmm-signals", daemon=True))
+    _WATCHER[0].start()
 
 
 def _print(rank: int, text: str, err: bool = False) -> None:
@@ -165,12 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     rank = comm.Get_rank()
     _install_signal_handlers()
     try:
-        ns = parse(argv)
+        # Collective: HPCMM_* values (and, in an MPMD launch, the arguments) may differ
+        # between ranks, and a rank that refuses them must not leave the others waiting.
+        with collective(comm):
+            ns = parse(argv)
+            if ns.command != "report":
+                config, source = config_from(ns)
         if ns.command == "report":
             from .report import report_main  # noqa: PLC0415
 
             return report_main(ns) if rank == 0 else 0
-        config, source = config_from(ns)
         if ns.command == "info":
             from .info import info_main  # noqa: PLC0415
 

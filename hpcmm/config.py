@@ -20,6 +20,7 @@ __all__ = [
     "DTYPES",
     "ENVIRONMENT",
     "RunConfig",
+    "parse_fault",
     "parse_grid",
     "parse_matrix_source",
     "parse_positive_int",
@@ -65,6 +66,40 @@ def parse_grid(text: str) -> tuple[int, int]:
     if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
         raise InputError(f"--grid={text!r}: expected PRxPC with positive integers, e.g. 2x4")
     return int(m.group(1)), int(m.group(2))
+
+
+#: Where the test-only fault hook can strike (``HPCMM_FAULT=RANK:PHASE[:ACTION]``).
+FAULT_PHASES = ("setup", "multiply", "corrupt", "verify", "write")
+FAULT_ACTIONS = ("raise", "hang")
+
+
+def parse_fault(text: str) -> tuple[int, str, str]:
+    """Parse ``RANK:PHASE[:ACTION]`` (the test-only fault hook) into ``(rank, phase, action)``.
+
+    ``corrupt`` perturbs the rank's block of C instead of failing, so it takes no action.
+
+    Examples
+    --------
+    >>> parse_fault("1:multiply")
+    (1, 'multiply', 'raise')
+    """
+    parts = [p.strip().lower() for p in str(text).split(":")]
+    bad = InputError(
+        f"HPCMM_FAULT={text!r}: expected RANK:PHASE[:ACTION] with PHASE one of "
+        f"{', '.join(FAULT_PHASES)} and ACTION one of {', '.join(FAULT_ACTIONS)}"
+    )
+    if len(parts) not in (2, 3) or not re.fullmatch(r"\d+", parts[0]) or parts[1] not in FAULT_PHASES:
+        raise bad
+    action = parts[2] if len(parts) == 3 else "raise"
+    if action not in FAULT_ACTIONS or (parts[1] == "corrupt" and len(parts) == 3):
+        raise bad
+    return int(parts[0]), parts[1], action
+
+
+def format_fault(fault: tuple[int, str, str]) -> str:
+    """The canonical text of a parsed fault (what the results file records)."""
+    rank, phase, action = fault
+    return f"{rank}:{phase}" if action == "raise" else f"{rank}:{phase}:{action}"
 
 
 def parse_matrix_source(name: str, text: str) -> tuple[str, str | None]:
@@ -135,6 +170,11 @@ ENVIRONMENT: dict[str, EnvSetting] = {
     ),
     "HPCMM_TIMELINE": EnvSetting(
         "timeline", _tristate("HPCMM_TIMELINE"), "record every transfer and GEMM (yes/no)"
+    ),
+    "HPCMM_FAULT": EnvSetting(
+        "fault",
+        lambda t: format_fault(parse_fault(t)),
+        "tests only: make RANK fail at PHASE (RANK:PHASE[:ACTION], see docs/reliability.md)",
     ),
 }
 
@@ -218,6 +258,8 @@ class RunConfig:
     tf32: bool = False
     timeline: bool = True
     quiet: bool = False
+    #: Tests only: ``RANK:PHASE[:ACTION]``, as ``HPCMM_FAULT`` (see :func:`parse_fault`).
+    fault: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
@@ -244,6 +286,8 @@ class RunConfig:
         parse_positive_int("--seed", self.seed, minimum=0)
         if self.ranks_per_node is not None:
             parse_positive_int("--ranks-per-node", self.ranks_per_node)
+        if self.fault is not None:
+            parse_fault(self.fault)
         if self.tf32 and self.dtype != "float32":
             raise InputError(f"--tf32 applies to float32 only, not --dtype={self.dtype}")
         if (self.a is None) != (self.b is None):

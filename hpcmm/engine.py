@@ -91,6 +91,8 @@ class Engine:
             raise InputError(f"--panel={self.panel}: wider than k={layout.k}")
         self.prefetch = prefetch
         self.ring = prefetch + 1
+        # Before the plan: a huge k must be refused, not planned step by step.
+        self._check_memory()
         # Ramp up the first panels only where transfers exist and can overlap.
         self.plan: list[Step] = summa_plan(layout, self.panel, ramp=prefetch > 0 and topo.size > 1)
         rank = topo.rank
@@ -99,7 +101,6 @@ class Engine:
         self.m_loc, self.n_loc = self.c_shape
         self.channels: list[PanelChannel] = []
         self.closed = False
-        self._check_memory()
         vnodes = topo.comm.allgather(topo.vnode)
         self.row = self._channel(topo.row_comm, vnodes, self.a_shape, self.m_loc, cuda_aware)
         self.col = self._channel(topo.col_comm, vnodes, self.b_shape, self.n_loc, cuda_aware)
@@ -189,11 +190,14 @@ class Engine:
             w, slot = step.width, s % self.ring
             h0 = time.perf_counter()
             c0 = be.event(ms)
+            # The channels take the step, not our slot: a channel that spans nodes keeps a
+            # deeper ring (at least 2) and must alternate its relay slots even with prefetch 0.
+            # gemm_done[slot] (GEMM s - ring) is as late as any GEMM that read their slot.
             a = self.row.fetch(step.a_root, step.a_offset * self.m_loc * isz, w * self.m_loc * isz,
-                               slot, gemm_done[slot])
+                               s, gemm_done[slot])
             c1 = be.event(ms)
             b = self.col.fetch(step.b_root, step.b_offset * self.n_loc * isz, w * self.n_loc * isz,
-                               slot, gemm_done[slot])
+                               s, gemm_done[slot])
             c2 = be.event(ms)
             host_comm[s] = time.perf_counter() - h0
             fetched[s] = (a, b)

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
+import subprocess
+import sys
 
 import h5py
 import numpy as np
 
 from .errors import InputError
 
-__all__ = ["check_output_path", "temporary_path", "write_results", "write_table_file", "publish", "SCHEMA_VERSION"]
+__all__ = ["PENDING", "check_output_path", "temporary_path", "remove_temporary", "guard_temporary",
+           "release_guard", "write_results", "write_table_file", "publish", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = "1"
 
@@ -36,14 +39,88 @@ def check_output_path(path: str, overwrite: bool) -> None:
         raise InputError(f"--out={path}: is a directory")
     if os.path.exists(path) and not overwrite:
         raise InputError(f"--out={path}: file exists (pass --overwrite to replace it)")
+    # Permission bits do not tell the whole story (root, read-only mounts, ACLs,
+    # file systems that take no new files): try what the run will do at the end.
+    try:
+        remove_temporary(temporary_path(path))
+    except OSError as exc:
+        raise InputError(f"--out={path}: directory {directory} is not writable ({exc.strerror})") from None
+
+
+#: Temporary files this process is writing; the CLI's signal handlers remove them.
+PENDING: set[str] = set()
 
 
 def temporary_path(path: str) -> str:
-    """A fresh hidden name beside ``path`` (same file system, so the rename is atomic)."""
+    """A fresh hidden name beside ``path`` (same file system, so the rename is atomic).
+
+    The name is in :data:`PENDING` before the file exists, so a signal at any
+    moment finds it.  The file gets the mode of any new file (the umask's).
+    """
     directory, base = os.path.split(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".partial", dir=directory)
-    os.close(fd)
-    return tmp
+    while True:
+        tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.partial")
+        PENDING.add(tmp)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            PENDING.discard(tmp)
+            continue
+        except BaseException:
+            PENDING.discard(tmp)
+            raise
+        os.close(fd)
+        return tmp
+
+
+def remove_temporary(tmp: str) -> None:
+    """Delete a file of :func:`temporary_path` (if it is still there) and forget it."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    PENDING.discard(tmp)
+
+
+# The guard: waits until its stdin closes (the writer released it, or died), then
+# deletes the file if it is still there.  Signals aimed at the whole job do not stop it.
+_GUARD = """\
+import os, signal, sys
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+sys.stdin.buffer.read()
+try:
+    os.unlink(sys.argv[1])
+except OSError:
+    pass
+"""
+
+
+def guard_temporary(tmp: str) -> subprocess.Popen | None:
+    """Start a small process that deletes ``tmp`` once this one ends, however it ends.
+
+    A signal handler cannot help a rank that is killed: ``SIGKILL``, or the
+    launcher ending every rank after another one failed or called
+    ``MPI_Abort`` while this one was writing.  The guard sees its pipe close
+    and removes the file.  After a successful publish the name is gone and it
+    does nothing.  Best effort: ``None`` if it cannot start.
+    """
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _GUARD, tmp],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            close_fds=True, start_new_session=True,
+        )
+    except OSError:
+        return None
+
+
+def release_guard(guard: subprocess.Popen | None) -> None:
+    """Let the guard of :func:`guard_temporary` go (after the file is published or removed)."""
+    if guard is None:
+        return
+    with contextlib.suppress(OSError):
+        guard.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        guard.wait(timeout=10)
 
 
 def _attrs(node, values: dict) -> None:
@@ -117,8 +194,10 @@ def write_results(tmp: str, meta: dict) -> None:
                 else:
                     group.create_dataset(dname, data=data)
         if meta.get("c_shape") is not None:
+            # The fill value in C's own type: h5py cannot convert a float NaN to a complex one.
             f.create_group("result").create_dataset(
-                "C", shape=meta["c_shape"], dtype=meta["c_dtype"], fillvalue=np.nan
+                "C", shape=meta["c_shape"], dtype=meta["c_dtype"],
+                fillvalue=np.full((), np.nan, dtype=meta["c_dtype"]),
             )
 
 

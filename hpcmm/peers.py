@@ -76,7 +76,8 @@ def cublasmp_seconds(comm, backend, m, n, k, dtype, iters=5, tf32=False) -> floa
                 if i:
                     times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
         del a, b
-    return float(np.median(comm.allreduce(np.array(times), op=_max_op())))
+    # The slowest rank sets the pace.
+    return float(comm.allreduce(float(np.median(times)), op=_max_op()))
 
 
 def _max_op():
@@ -114,4 +115,5 @@ def heat_seconds(comm, backend, m, n, k, dtype, iters=2) -> float:
         if i:
             times.append(elapsed)
     del a, b
-    return float(np.median(comm.allreduce(np.array(times), op=_max_op())))
+    # The slowest rank sets the pace.
+    return float(comm.allreduce(float(np.median(times)), op=_max_op()))

@@ -19,20 +19,20 @@ from mpi4py import MPI
 
 from . import h5io
 from .backend import make_backend
-from .config import RunConfig
+from .config import RunConfig, parse_fault
 from .engine import PHASES, Engine, memory_needed
-from .errors import InputError, VerificationError, agree, collective
+from .errors import HpcmmError, InputError, VerificationError, agree, collective
 from .inputs import MatrixSource, check_pair, generate_block, open_source
 from .layout import Layout
 from .metadata import topology_row, versions
 from .topology import Topology
 from .transport import PATHS, decide
-from .verify import Check, freivalds, full_check
+from .verify import Check, check_full_size, freivalds, full_check
 
 __all__ = ["RunResult", "run", "cleanup_on_signal"]
 
 # Temporary files of runs in flight, removed by the signal handlers of the CLI.
-_PENDING_FILES: set[str] = set()
+_PENDING_FILES = h5io.PENDING
 
 
 def cleanup_on_signal() -> None:
@@ -41,6 +41,26 @@ def cleanup_on_signal() -> None:
         with contextlib.suppress(OSError):
             os.unlink(path)
         _PENDING_FILES.discard(path)
+
+
+def _fault(config: RunConfig, rank: int, phase: str) -> bool:
+    """The test-only fault hook ``HPCMM_FAULT=RANK:PHASE[:ACTION]`` (docs/reliability.md).
+
+    At ``phase`` on ``rank``: raise ``RuntimeError`` (a failure of this rank
+    only), or hang until a signal ends the process.  For ``corrupt`` it only
+    answers whether to perturb C.
+    """
+    if config.fault is None:
+        return False
+    who, where, action = parse_fault(config.fault)
+    if who != rank or where != phase:
+        return False
+    if phase == "corrupt":
+        return True
+    if action == "hang":
+        while True:
+            time.sleep(1.0)
+    raise RuntimeError(f"fault injected by HPCMM_FAULT={config.fault}")
 
 
 @dataclasses.dataclass
@@ -68,6 +88,10 @@ def _inspect_inputs(comm, config: RunConfig) -> tuple[MatrixSource, MatrixSource
             a = open_source("--a", *config.a)
             b = open_source("--b", *config.b)
             check_pair(a, b)
+            for src in (a, b):
+                if np.dtype(src.dtype).kind == "c" and np.dtype(config.dtype).kind != "c":
+                    raise InputError(f"{src.flag}={src.label} holds {src.dtype}: complex input needs "
+                                     f"a complex --dtype, not --dtype={config.dtype}")
             sources = (a, b)
     return comm.bcast(sources, root=0)
 
@@ -102,7 +126,7 @@ def _nonfinite_report(comm, layout, rank, blocks, sources) -> str | None:
         t = totals.setdefault(name, [0, (i, j)])
         t[0] += count
         t[1] = min(t[1], (i, j))
-    labels = {"A": sources[0].label if sources else "A", "B": sources[1].label if sources else "B"}
+    labels = {"A": "A", "B": "B"} if sources is None else {s.flag[-1].upper(): f"{s.flag}={s.label}" for s in sources}
     parts = [f"{labels[n]}: {c} non-finite value(s), first at ({p[0]}, {p[1]})" for n, (c, p) in sorted(totals.items())]
     return "; ".join(parts)
 
@@ -152,6 +176,9 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
     """
     comm = comm if comm is not None else MPI.COMM_WORLD
     say = progress if (progress is not None and comm.Get_rank() == 0) else (lambda msg: None)
+    if config.fault is not None and parse_fault(config.fault)[0] >= comm.Get_size():
+        raise InputError(f"HPCMM_FAULT={config.fault}: no rank {parse_fault(config.fault)[0]} "
+                         f"among {comm.Get_size()} ranks")
     if write:
         with collective(comm):
             if comm.Get_rank() == 0:
@@ -160,12 +187,14 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
     topo = Topology.create(comm, config)
     backend = engine = None
     tmp = None
+    collective_exit = True
     try:
         with collective(topo.comm):
             backend = make_backend(config.device, topo.local_rank, topo.local_size)
         kinds = topo.comm.allgather(backend.on_gpu)
         if len(set(kinds)) > 1:
             agree(topo.comm, InputError(f"--device={config.device}: some ranks found a GPU and some did not"))
+        _fault(config, topo.rank, "setup")
         if sources is not None:
             m, n, k = check_pair(*sources)
             config = config.replace(a=config.a, b=config.b)
@@ -173,6 +202,8 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
             config = config.with_default_size(backend.on_gpu)
             m, n, k = config.m, config.n, config.k
         layout = Layout(m, n, k, topo.grid)
+        if config.verify == "full":
+            check_full_size(m, n, k, config.dtype)  # same verdict on every rank, before the work
         awareness = decide(config.cuda_aware_mpi, option_source=cuda_aware_source)
         if backend.on_gpu and not awareness.known and topo.vnode_count > 1:
             say(awareness.hint)
@@ -198,6 +229,8 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
         times = []
         for i in range(config.warmup + config.iters):
             topo.comm.Barrier()
+            if i == 0:
+                _fault(config, topo.rank, "multiply")
             timed = i >= config.warmup
             engine.bytes_by_pair.clear()
             t = engine.multiply(record=True)
@@ -205,6 +238,9 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
                 times.append(t)
             say(f"{'iteration' if timed else 'warm-up'} {i + 1 - (config.warmup if timed else 0)}/"
                 f"{config.iters if timed else config.warmup}: {t.seconds:.4f} s")
+        if _fault(config, topo.rank, "corrupt") and engine.C.size:
+            engine.C[0, 0] += 100
+        _fault(config, topo.rank, "verify")
         check = None
         if verify == "freivalds":
             check = freivalds(topo, layout, backend, engine.A, engine.B, engine.C, config.seed,
@@ -216,17 +252,27 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
                                    argv, write)
         tmp = result.path
         if check is not None and not check.passed:
-            raise VerificationError(
+            error = VerificationError(
                 f"verification failed: {check.method} residual {check.residual:.3e} > tolerance "
                 f"{check.tolerance:.3e}" + (f" (results in {config.out}, marked verified=False)" if write else "")
             )
+            error.summary = result.summary  # the CLI prints it all the same
+            raise error
         return result
+    except HpcmmError:
+        raise  # raised on every rank: the collective tear-down below is safe
+    except BaseException:
+        # This rank alone failed while the others wait in a collective: tearing down
+        # collectively would hang it too.  The caller ends the job (cli.main: MPI.Abort).
+        collective_exit = False
+        raise
     finally:
-        if engine is not None:
-            engine.close()
-        if backend is not None:
-            backend.close()
-        topo.close()
+        if collective_exit:
+            if engine is not None:
+                engine.close()
+            if backend is not None:
+                backend.close()
+            topo.close()
         del tmp
 
 
@@ -251,11 +297,13 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
         "memory": {"rank": rank, "peak_bytes": int(backend.peak_memory()), "needed_bytes": int(need),
                    "device": "gpu" if backend.on_gpu else "cpu"},
     }
+    if rank != 0 or not write:
+        _fault(config, rank, "write")
     everyone = comm.gather(mine, root=0)
     vers = versions(backend)
     summary = topo_rows = None
     path = config.out if write else None
-    tmp = None
+    tmp = guard = None
     error = None
     if rank == 0:
         try:
@@ -272,6 +320,7 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
             if write:
                 tmp = h5io.temporary_path(config.out)
                 _PENDING_FILES.add(tmp)
+                guard = h5io.guard_temporary(tmp)  # removes tmp should this process be killed
                 cfg = config.as_attributes()
                 cfg.update(m=layout.m, n=layout.n, k=layout.k, grid=str(topo.grid), panel=engine.panel,
                            panel_auto=engine.panel_auto, prefetch=engine.prefetch, ring=engine.ring,
@@ -297,6 +346,7 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
                     "c_shape": (layout.m, layout.n) if config.save_c else None,
                     "c_dtype": config.dtype,
                 })
+                _fault(config, rank, "write")  # rank 0: the temporary file exists, unpublished
         except Exception as exc:  # noqa: BLE001 - every rank learns of it
             error = exc
     tmp = comm.bcast(tmp, root=0)
@@ -319,6 +369,7 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
                 if os.path.exists(tmp):
                     os.unlink(tmp)
             _PENDING_FILES.discard(tmp)
+        h5io.release_guard(guard)
     summary = comm.bcast(summary, root=0)
     topo_rows = comm.bcast(topo_rows, root=0)
     return RunResult(summary, check, path, topo_rows, awareness.reason)

@@ -24,7 +24,7 @@ from mpi4py import MPI
 from .errors import InputError
 from .inputs import random_vector
 
-__all__ = ["Check", "freivalds", "full_check", "tolerance", "FULL_CHECK_LIMIT"]
+__all__ = ["Check", "check_full_size", "freivalds", "full_check", "tolerance", "FULL_CHECK_LIMIT"]
 
 #: Bytes rank 0 may gather for ``--verify full`` (A, B, C and the reference, in float64).
 FULL_CHECK_LIMIT = 2 << 30
@@ -73,9 +73,9 @@ def _matvec(backend, block, vector: np.ndarray, absolute: bool = False, rows_per
     if block.shape[0] == 0 or block.shape[1] == 0:
         return out
     for lo in range(0, block.shape[0], rows_per_chunk):
-        part = block[lo : lo + rows_per_chunk].astype(wide)
-        if absolute:
-            part = xp.abs(part)
+        part = block[lo : lo + rows_per_chunk]
+        # |z| before the cast: casting a complex block to float64 would keep only its real part.
+        part = xp.abs(part).astype(wide) if absolute else part.astype(wide)
         out[lo : lo + part.shape[0]] = backend.to_host(part @ v)
     return out
 
@@ -114,15 +114,26 @@ def freivalds(topo, layout, backend, a_block, b_block, c_block, seed, dtype, ste
     return Check("freivalds", residual, tolerance(dtype, layout.k, steps, tf32))
 
 
-def full_check(topo, layout, backend, a_block, b_block, c_block, dtype, steps, tf32=False) -> Check:
-    """Gather A, B and C on rank 0 and compare C with the float64 product elementwise."""
-    m, n, k = layout.m, layout.n, layout.k
+def check_full_size(m: int, n: int, k: int, dtype) -> None:
+    """Refuse ``--verify=full`` for a problem rank 0 cannot gather (checked before the run, too).
+
+    Raises
+    ------
+    InputError
+        With the bytes needed and the limit.
+    """
     need = 8 * (m * k + k * n + 3 * m * n) * (2 if np.dtype(dtype).kind == "c" else 1)
     if need > FULL_CHECK_LIMIT:
         raise InputError(
             f"--verify=full needs {need / 2**30:.1f} GiB on rank 0 for m={m}, n={n}, k={k} "
             f"(limit {FULL_CHECK_LIMIT / 2**30:.0f} GiB): use --verify=freivalds"
         )
+
+
+def full_check(topo, layout, backend, a_block, b_block, c_block, dtype, steps, tf32=False) -> Check:
+    """Gather A, B and C on rank 0 and compare C with the float64 product elementwise."""
+    m, n, k = layout.m, layout.n, layout.k
+    check_full_size(m, n, k, dtype)
     wide = _wide(dtype)
     mine = tuple(backend.to_host(x).astype(wide) for x in (a_block, b_block, c_block))
     gathered = topo.comm.gather(mine, root=0)

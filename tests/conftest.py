@@ -44,6 +44,12 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
     return None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.hasplugin("timeout"):
+        # Tests carry timeout marks; without pytest-timeout they are only labels.
+        config.addinivalue_line("markers", "timeout(seconds): time limit (enforced by pytest-timeout)")
+
+
 def _timeout_configured(config: pytest.Config) -> bool:
     """Whether a limit came from ``--timeout``, ``PYTEST_TIMEOUT`` or the ini file."""
     return bool(config.getoption("timeout", None) or os.environ.get("PYTEST_TIMEOUT")

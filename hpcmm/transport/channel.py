@@ -133,7 +133,8 @@ class PanelChannel:
         offset, nbytes : int
             The panel inside the root's block, in bytes.
         slot : int
-            Ring slot to receive into.
+            Ring slot to receive into, taken modulo this channel's ring: pass the
+            step index (a channel between nodes keeps at least two slots).
         slot_free : event or None
             Recorded after the last GEMM that read ``slot``.
 

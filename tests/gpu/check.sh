@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU check of hpcmm in one call, on a node with (at least) 2 GPUs.
 #
-#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers (default: what the kit holds)
+#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers quickbench (default: what the kit holds)
+#   CHECK_TIMEOUT (s per product run), CHECK_SIZES (MiB list for bench transport),
+#   CHECK_PYTEST_ARGS / CHECK_PYTEST_TIMEOUT (the GPU-marked tests) tune its length.
 #
 # Expects the kit of ../shared/device in .device/ (prepare.sh: the CUDA-aware Open MPI;
 # prepare.sh --peers: cuBLASMp and Heat instead).  Each mode runs in a subshell that sources
@@ -38,7 +40,7 @@ check() {
   rm -f "$out"
   echo "=== [$mode] $name: $* --out $out" >> "$log"
   local t0=$SECONDS
-  timeout "${HPCMM_CHECK_TIMEOUT:-240}" "$@" --out "$out" >> "$log" 2>&1; rc=$?
+  timeout "${CHECK_TIMEOUT:-240}" "$@" --out "$out" >> "$log" 2>&1; rc=$?
   detail="rc=$rc $((SECONDS - t0))s"
   [ "$rc" = "$want_rc" ] || status=FAIL
   if [ "$want_rc" = 0 ]; then
@@ -73,17 +75,20 @@ product_checks() {  # product_checks MODE EXTRA_ARGS...   (2 and 8 ranks on the 
   check "$mode" n4-rpn2-f32-full 0 "ipc,$cross" -- mpiexec -n 4 python3 -m hpcmm --m 3001 --n 2003 --k 1999 --dtype float32 --ranks-per-node 2 --verify full "$@" --quiet
 }
 
+bench() {  # bench NAME NRANKS CASES [OPTIONS]   (uses $mode of the caller)
+  echo "=== [$mode] bench $1: mpiexec -n $2 python3 -m hpcmm bench --cases '$3' ${4:-}" >> "$log"
+  local t0=$SECONDS
+  timeout 300 mpiexec -n "$2" python3 -m hpcmm bench --cases "$3" ${4:-} --out "$work/bench-$1.h5" --overwrite >> "$log" 2>&1
+  local rc=$?
+  record "$mode" "bench $1" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "rc=$rc $((SECONDS - t0))s"
+}
+
 run_mode() {
   local mode=$1
   case "$mode" in
     system)
       source .device/env.sh system >> "$log" 2>&1 || { record system setup FAIL "env.sh"; return; }
       mpiexec -n 2 python3 -m hpcmm info >> "$log" 2>&1
-      echo "=== [system] pytest -m gpu" >> "$log"
-      local t0=$SECONDS
-      python3 -m pytest -q -m "gpu" -p no:cacheprovider tests >> "$log" 2>&1
-      local rc=$?
-      record system "pytest -m gpu" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "rc=$rc $((SECONDS - t0))s $(grep -aE '[0-9]+ (passed|failed)' "$log" | tail -1)"
       product_checks system
       # auto on a library that says it is not CUDA-aware must stage: no crash, no device pointer to MPI
       check system n2-rpn1-auto-stages 0 staged -- mpiexec -n 2 python3 -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 1 --cuda-aware-mpi auto --quiet
@@ -91,29 +96,27 @@ run_mode() {
       check system refuse-too-big 2 - -- mpiexec -n 2 python3 -m hpcmm --m 300000 --n 300000 --k 300000 --quiet
       grep -a "does not fit" "$log" | tail -1 | sed 's/^/    /' >> "$table"
       echo "=== [system] bench transport" >> "$log"
-      mpiexec -n 2 python3 -m hpcmm bench transport --out "$work/transport-system.h5" --overwrite >> "$log" 2>&1
+      mpiexec -n 2 python3 -m hpcmm bench transport --sizes "${CHECK_SIZES:-1,4,16,64,256,1024}" --out "$work/transport-system.h5" --overwrite >> "$log" 2>&1
       record system "bench transport" "$([ $? = 0 ] && echo PASS || echo FAIL)" "$work/transport-system.h5"
+      echo "=== [system] pytest -m gpu" >> "$log"
+      local t0=$SECONDS
+      timeout "${CHECK_PYTEST_TIMEOUT:-1200}" python3 -m pytest -q -m "gpu" -p no:cacheprovider ${CHECK_PYTEST_ARGS:-tests} >> "$log" 2>&1
+      local rc=$?
+      record system "pytest -m gpu" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "rc=$rc $((SECONDS - t0))s $(grep -aE '[0-9]+ (passed|failed)' "$log" | tail -1)"
       ;;
     cuda-aware)
       source .device/env.sh cuda-aware >> "$log" 2>&1 || { record cuda-aware setup FAIL "env.sh"; return; }
       product_checks cuda-aware --cuda-aware-mpi yes
       echo "=== [cuda-aware] bench transport" >> "$log"
-      mpiexec -n 2 python3 -m hpcmm bench transport --cuda-aware-mpi yes --ranks-per-node 1 \
+      mpiexec -n 2 python3 -m hpcmm bench transport --sizes "${CHECK_SIZES:-1,4,16,64,256,1024}" --cuda-aware-mpi yes --ranks-per-node 1 \
         --out "$work/transport-cuda-aware.h5" --overwrite >> "$log" 2>&1
       record cuda-aware "bench transport (rpn 1)" "$([ $? = 0 ] && echo PASS || echo FAIL)" "$work/transport-cuda-aware.h5"
-      mpiexec -n 2 python3 -m hpcmm bench transport --cuda-aware-mpi yes \
+      mpiexec -n 2 python3 -m hpcmm bench transport --sizes "${CHECK_SIZES:-1,4,16,64,256,1024}" --cuda-aware-mpi yes \
         --out "$work/transport-cuda-aware-node.h5" --overwrite >> "$log" 2>&1
       record cuda-aware "bench transport (node)" "$([ $? = 0 ] && echo PASS || echo FAIL)" "$work/transport-cuda-aware-node.h5"
       ;;
     peers)
       source .device/env.sh system >> "$log" 2>&1 || { record peers setup FAIL "env.sh"; return; }
-      bench() {  # bench NAME NRANKS CASES [OPTIONS]
-        echo "=== [peers] bench $1: mpiexec -n $2 python3 -m hpcmm bench --cases '$3' ${4:-}" >> "$log"
-        local t0=$SECONDS
-        timeout 300 mpiexec -n "$2" python3 -m hpcmm bench --cases "$3" ${4:-} --out "$work/bench-$1.h5" --overwrite >> "$log" 2>&1
-        local rc=$?
-        record peers "bench $1" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "rc=$rc $((SECONDS - t0))s"
-      }
       # The peers where the comparison is asked for (16384); the large cases on their own.
       bench n2 2 "float64:32768;float16:32768;float64:30011x20011x16411" --no-peers
       bench n2-peers 2 "float64:16384;float32:16384"
@@ -126,6 +129,11 @@ run_mode() {
       python3 -m hpcmm report "$work/timeline.h5" --plot "$OUT/timeline.png" >> "$log" 2>&1
       check peers timeline-off 0 ipc -- mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 5 --no-timeline --quiet
       bench tf32 2 "tf32:16384"
+      ;;
+    quickbench)
+      source .device/env.sh system >> "$log" 2>&1 || { record quickbench setup FAIL "env.sh"; return; }
+      bench n2-32768 2 "float64:32768" --no-peers
+      bench n1-16384 1 "float64:16384" --no-peers
       ;;
     *) record "$mode" "unknown mode" FAIL "" ;;
   esac

@@ -1,0 +1,299 @@
+"""The GPU side: cuBLAS GEMM through the backend, copies, events, CUDA IPC, whole runs.
+
+Marked ``gpu`` (and ``multi_gpu`` where two GPUs are needed); skipped with the
+reason where cupy does not import or sees no GPU, so the suite passes on a
+CPU-only machine.  Run on a GPU node with::
+
+    python -m pytest -m gpu tests
+
+The multi-GPU tests start ``mpiexec -n 2``: ``$MPIEXEC``, else the ``mpiexec``
+first on ``PATH`` (a site's wrapper, as ``.device/env.sh`` puts there), else the
+one beside this Python.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from launcher import REPO, quiet_environment, run_launcher
+
+from hpcmm.backend import GpuBackend, gpu_count, make_backend
+from hpcmm.verify import tolerance
+
+GPUS = gpu_count()
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(GPUS == 0, reason="no usable GPU: cupy does not import or sees no CUDA device"),
+]
+
+
+def multi_gpu(count: int):
+    """Mark a test ``multi_gpu`` and skip it where fewer than ``count`` GPUs are visible."""
+
+    def mark(test):
+        test = pytest.mark.skipif(GPUS < count, reason=f"needs {count} GPUs, this machine has {GPUS}")(test)
+        return pytest.mark.multi_gpu(test)
+
+    return mark
+
+
+@pytest.fixture(scope="module")
+def backend():
+    be = GpuBackend(0)
+    yield be
+    be.close()
+
+
+def host_operands(m, n, w, dtype, seed=0):
+    """Random ``a`` (m×w, column-major), ``b`` (w×n) and ``c`` (m×n), never zero."""
+    rng = np.random.default_rng(seed)
+
+    def draw(shape):
+        x = rng.uniform(-1, 1, shape)
+        if np.dtype(dtype).kind == "c":
+            x = x + 1j * rng.uniform(-1, 1, shape)
+        return x.astype(dtype)
+
+    return np.asfortranarray(draw((m, w))), draw((w, n)), draw((m, n))
+
+
+def componentwise_error(c, a, b, c0=None) -> float:
+    """``max |c - (c0 + a b)| / (|c0| + |a| |b|)`` in float64/complex128."""
+    wide = np.complex128 if c.dtype.kind == "c" else np.float64
+    a, b = a.astype(wide), b.astype(wide)
+    ref = a @ b
+    scale = np.abs(a) @ np.abs(b)
+    if c0 is not None:
+        ref = ref + c0.astype(wide)
+        scale = scale + np.abs(c0)
+    return float(np.max(np.abs(c.astype(wide) - ref) / scale))
+
+
+def device_gemm(be, a, b, c0, accumulate, tf32=False):
+    cupy = be.cupy
+    a_d = be.from_host(a, order="F")
+    b_d = be.from_host(b)
+    c_d = be.from_host(c0)
+    assert a_d.flags.f_contiguous and b_d.flags.c_contiguous
+    be.gemm(a_d, b_d, c_d, accumulate=accumulate, stream=be.compute_stream, tf32=tf32)
+    be.stream_synchronize(be.compute_stream)
+    assert isinstance(c_d, cupy.ndarray)
+    return be.to_host(c_d)
+
+
+# -- the local GEMM ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "complex128", "complex64"])
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("shape", [(37, 29, 23), (1, 5, 3), (64, 1, 17), (300, 200, 257)])
+def test_gemm_matches_numpy(backend, dtype, accumulate, shape):
+    """C = A·B and C += A·B for every dtype, with A column-major and B, C row-major (uneven shapes)."""
+    m, n, w = shape
+    a, b, c0 = host_operands(m, n, w, dtype)
+    c = device_gemm(backend, a, b, c0, accumulate)
+    assert c.dtype == np.dtype(dtype)
+    error = componentwise_error(c, a, b, c0 if accumulate else None)
+    bound = tolerance(dtype, w, steps=1)
+    assert error <= bound, f"{dtype} error {error:.3e} > {bound:.3e}"
+    if not accumulate:
+        # C was overwritten (beta = 0), not added to.
+        assert componentwise_error(c, a, b, c0) > bound or np.allclose(c0, 0)
+
+
+def test_tf32_is_used_and_within_its_bound(backend):
+    """TF32 rounds the inputs to 10 bits: much larger error than plain float32, still within its bound."""
+    m = n = w = 512
+    a, b, c0 = host_operands(m, n, w, "float32", seed=1)
+    exact = componentwise_error(device_gemm(backend, a, b, c0, False), a, b)
+    fast = componentwise_error(device_gemm(backend, a, b, c0, False, tf32=True), a, b)
+    assert fast <= tolerance("float32", w, 1, tf32=True), fast
+    assert fast > 10 * exact, f"tf32 error {fast:.2e} vs float32 {exact:.2e}: TF32 not in use?"
+
+
+def test_gemm_on_a_stream_waits_for_events(backend):
+    """A GEMM queued behind an event on another stream sees the data that stream wrote."""
+    cupy = backend.cupy
+    m, n, w = 129, 65, 33
+    a, b, _ = host_operands(m, n, w, "float64", seed=2)
+    a_d = backend.empty((m, w), np.float64, order="F")
+    b_d = backend.from_host(b)
+    c_d = backend.empty((m, n), np.float64)
+    backend.poison(c_d)
+    pinned = backend.pinned_empty(a.nbytes)
+    pinned.view(np.float64)[:] = a.ravel(order="F")
+    backend.copy(a_d, pinned, backend.comm_stream)  # raw bytes: a_d is column-major like the source
+    ready = backend.event(backend.comm_stream)
+    backend.wait(backend.compute_stream, ready)
+    backend.gemm(a_d, b_d, c_d, accumulate=False, stream=backend.compute_stream)
+    done = backend.event(backend.compute_stream)
+    backend.event_synchronize(done)
+    assert isinstance(c_d, cupy.ndarray)
+    assert componentwise_error(backend.to_host(c_d), a, b) <= tolerance("float64", w, 1)
+
+
+def test_gemm_empty_and_layout_errors(backend):
+    empty_c = backend.empty((0, 4), np.float64)
+    backend.gemm(backend.empty((0, 3), np.float64, order="F"), backend.empty((3, 4), np.float64), empty_c,
+                 accumulate=False)
+    a = backend.from_host(np.ones((4, 3)))  # row-major: not what gemm takes
+    with pytest.raises(ValueError, match="column-major"):
+        backend.gemm(a, backend.from_host(np.ones((3, 2))), backend.empty((4, 2), np.float64), accumulate=False)
+
+
+# -- the rest of the backend -------------------------------------------------------
+
+
+def test_copies_between_host_and_device(backend):
+    data = np.random.default_rng(4).uniform(-1, 1, 1000)
+    pinned = backend.pinned_empty(data.nbytes).view(np.float64)
+    pinned[:] = data
+    dev = backend.empty(1000, np.float64)
+    backend.copy(dev, pinned, backend.comm_stream)
+    dev2 = backend.empty(1000, np.float64)
+    backend.copy(dev2, dev, backend.comm_stream)
+    back = backend.pinned_empty(data.nbytes).view(np.float64)
+    back[:] = 0
+    backend.copy(back, dev2, backend.comm_stream)
+    backend.stream_synchronize(backend.comm_stream)
+    assert np.array_equal(back, data)
+
+
+def test_events_time_and_memory(backend):
+    t0 = backend.event(backend.compute_stream)
+    x = backend.from_host(np.ones((512, 512)))
+    with backend.compute_stream:
+        (x @ x).sum()
+    t1 = backend.event(backend.compute_stream)
+    backend.event_synchronize(t1)
+    assert backend.elapsed(t0, t1) >= 0
+    free, total = backend.memory_info()
+    assert 0 < free <= total
+    assert backend.peak_memory() > 0
+    desc = backend.describe()
+    assert desc["backend"] == "cupy" and desc["gpu_name"] and desc["gpu_index"] == "0"
+    assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.0", desc["gpu_pci"]), desc["gpu_pci"]
+
+
+def test_make_backend_binds_by_local_rank():
+    be = make_backend("auto", local_rank=GPUS, local_size=GPUS + 1)
+    try:
+        assert be.on_gpu and be.device_id == 0  # GPUS % GPUS: round robin
+    finally:
+        be.close()
+    assert not make_backend("cpu", 0, 1).on_gpu
+
+
+# -- CUDA IPC at one rank -------------------------------------------------------------
+
+
+def test_ipc_allocate_and_close(backend):
+    from mpi4py import MPI
+
+    from hpcmm.transport.ipc import IpcPeerMemory, open_handles
+
+    before = getattr(backend, "extra_device_bytes", 0)
+    peers = IpcPeerMemory(MPI.COMM_SELF, backend)
+    local = peers.allocate(4096 + 3)
+    try:
+        assert local.nbytes == 4099 and local.dtype == np.uint8
+        assert open_handles(peers) == 0  # one rank: nothing of a peer to open
+        assert backend.extra_device_bytes == before + 4099
+        local[:] = 7
+        peers.export_events(2)
+        peers.record(1, backend.comm_stream)
+        backend.stream_synchronize(backend.comm_stream)
+        assert int(local.sum()) == 7 * 4099
+    finally:
+        peers.close()
+    assert peers.memory is None and peers.events == []
+    assert backend.extra_device_bytes == before
+
+
+# -- whole runs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype, tf32", [("float64", False), ("float32", False), ("float32", True),
+                                         ("float16", False), ("complex128", False), ("complex64", False)])
+@pytest.mark.parametrize("verify", ["freivalds", "full"])
+def test_one_rank_run_on_the_gpu(tmp_path, dtype, tf32, verify):
+    from mpi4py import MPI
+
+    import hpcmm
+
+    config = hpcmm.RunConfig(m=1031, n=517, k=777, dtype=dtype, tf32=tf32, device="gpu", verify=verify,
+                             warmup=1, iters=2, panel=128, save_c=True, out=str(tmp_path / "gpu.h5"))
+    result = hpcmm.run(config, comm=MPI.COMM_SELF)
+    assert result.summary["verified"] is True, result.summary
+    assert result.topology[0]["backend"] == "cupy" and result.topology[0]["gpu_index"] == 0
+    with h5py.File(config.out, "r") as f:
+        c = f["result/C"][()]
+        steps = int(f["config"].attrs["steps"])
+    from hpcmm.inputs import generate_block
+
+    a = generate_block(42, "A", (1031, 777), (0, 1031), (0, 777), dtype)
+    b = generate_block(42, "B", (777, 517), (0, 777), (0, 517), dtype)
+    assert componentwise_error(c, a, b) <= tolerance(dtype, 777, steps, tf32)
+
+
+# -- several GPUs -------------------------------------------------------------------------
+
+
+def _mpiexec() -> str:
+    named = os.environ.get("MPIEXEC")
+    found = shutil.which(named) if named else (shutil.which("mpiexec")
+                                                or shutil.which("mpiexec", path=str(Path(sys.executable).parent)))
+    if found is None:
+        pytest.skip("no mpiexec ($MPIEXEC, PATH, or beside this Python)")
+    return found
+
+
+@multi_gpu(2)
+@pytest.mark.parametrize("extra, paths", [([], {"ipc"}), (["--ranks-per-node", "1"], {"mpi", "staged"})])
+def test_two_gpus_from_the_command_line(tmp_path, extra, paths):
+    out = tmp_path / "two.h5"
+    env = quiet_environment()
+    env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    proc = run_launcher([_mpiexec(), "-n", "2", sys.executable, "-m", "hpcmm", "--device", "gpu", "--m", "2053",
+                         "--n", "1031", "--k", "999", "--verify", "full", "--save-c", "--out", str(out), *extra],
+                        300, env=env)
+    assert proc.returncode == 0, proc.stdout
+    with h5py.File(out, "r") as f:
+        used = {p.decode() if isinstance(p, bytes) else p for p in f["summary"].attrs["paths"]}
+        assert len(used) == 1 and used <= paths, used
+        assert sorted(f["topology"]["gpu_index"]) == [0, 1]
+        assert np.isfinite(f["result/C"][()]).all()
+
+
+@multi_gpu(2)
+def test_mpi_suite_on_two_gpus():
+    """The MPI tests (tests/mpi) at 2 ranks with HPCMM_DEVICE=gpu: ipc, mpi/staged paths, every dtype."""
+    pytest.importorskip("pytest_mpi")
+    env = quiet_environment()
+    env["HPCMM_DEVICE"] = "gpu"
+    env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    proc = run_launcher([_mpiexec(), "-n", "2", sys.executable, "-m", "pytest", "--with-mpi", "-q",
+                         "-p", "no:cacheprovider", "tests/mpi/test_run_mpi.py"], 540, env=env)
+    assert proc.returncode == 0, proc.stdout[-20000:]
+
+
+@multi_gpu(2)
+def test_second_gpu_in_process():
+    be = GpuBackend(1)
+    try:
+        a, b, c0 = host_operands(65, 33, 17, "float64", seed=9)
+        c_d = be.from_host(c0)
+        assert c_d.device.id == 1
+        be.gemm(be.from_host(a, order="F"), be.from_host(b), c_d, accumulate=True)
+        be.synchronize()
+        assert componentwise_error(be.to_host(c_d), a, b, c0) <= tolerance("float64", 17, 1)
+    finally:
+        be.close()

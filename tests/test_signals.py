@@ -1,0 +1,312 @@
+"""Signals and killed ranks, for real: ``mpiexec`` jobs of ``python -m hpcmm`` on the CPU.
+
+* a rank killed from outside (``SIGKILL``) ends the whole job within 30 s;
+* ``SIGTERM``/``SIGINT``, to the launcher (which forwards it) or to one rank,
+  end the job within 30 s, also when the rank that gets it is waiting inside
+  MPI;
+* whatever ends the job, no file appears under the final name unless it is
+  complete, and no ``.partial`` file is left: not while the ranks multiply,
+  and not while rank 0 writes its temporary file (held there by the fault hook
+  ``HPCMM_FAULT=0:write:hang``), even when rank 0 itself is killed;
+* an interrupted ``--overwrite`` run leaves the previous file byte for byte.
+
+The ranks are found as the launcher's descendants whose environment names
+their rank (``PMI_RANK`` under MPICH's hydra, ``OMPI_COMM_WORLD_RANK`` under
+Open MPI).  Only processes these tests started are signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from launcher import find_mpiexec, quiet_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+#: How long a job may take to end once a rank is gone or a signal is sent.
+END_WITHIN = 30.0
+#: How long the job may take to reach the point where the test strikes.
+START_WITHIN = 60.0
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+def _mpiexec() -> str:
+    found = find_mpiexec()
+    if found is None:
+        pytest.skip("no mpiexec ($MPIEXEC, beside the Python interpreter, or on PATH)")
+    return found
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = quiet_environment()  # the ranks run in a temporary directory: hpcmm must import from there
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", encoding="ascii") as f:
+                    kids = [int(p) for p in f.read().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read().split(b"\0")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\0")
+    except OSError:
+        return None
+    if b"hpcmm" not in cmdline:
+        return None
+    for entry in environ:
+        for key in (b"PMI_RANK=", b"OMPI_COMM_WORLD_RANK="):
+            if entry.startswith(key):
+                return int(entry[len(key):])
+    return None
+
+
+class Job:
+    """One ``mpiexec -n N python -m hpcmm ...`` with its output in files."""
+
+    def __init__(self, tmp: Path, ranks: int, args: list[str], device: str = "cpu", **env: str) -> None:
+        self.tmp, self.ranks = tmp, ranks
+        self.out = tmp / "out.h5"
+        self.log = tmp / "stderr.txt"
+        cmd = [_mpiexec(), "-n", str(ranks), sys.executable, "-m", "hpcmm", "--device", device,
+               "--out", str(self.out), *args]
+        with open(self.log, "wb") as err, open(tmp / "stdout.txt", "wb") as out:
+            self.proc = subprocess.Popen(cmd, env=_env(**env), stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=err, cwd=tmp)
+        self.started = time.monotonic()
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def partials(self) -> list[str]:
+        return sorted(p.name for p in self.tmp.glob(".*.partial"))
+
+    def rank_pids(self) -> dict[int, int]:
+        """``{rank: pid}``, once every rank has started."""
+        deadline = time.monotonic() + START_WITHIN
+        while time.monotonic() < deadline:
+            pids = {}
+            for pid in _descendants(self.proc.pid):
+                rank = _rank_of(pid)
+                if rank is not None:
+                    pids[rank] = pid
+            if len(pids) == self.ranks:
+                return pids
+            assert self.proc.poll() is None, f"the job ended early:\n{self.stderr()}"
+            time.sleep(0.05)
+        raise AssertionError(f"not all {self.ranks} ranks started:\n{self.stderr()}")
+
+    def wait_for(self, what: str, check) -> None:
+        deadline = time.monotonic() + START_WITHIN
+        while not check():
+            assert self.proc.poll() is None, f"the job ended before {what}:\n{self.stderr()}"
+            assert time.monotonic() < deadline, f"no {what} after {START_WITHIN} s:\n{self.stderr()}"
+            time.sleep(0.05)
+
+    def wait_for_loop(self) -> None:
+        self.wait_for("timed iteration", lambda: "iteration 1/" in self.stderr())
+
+    def wait_for_partial(self) -> None:
+        self.wait_for("temporary file", lambda: bool(self.partials()))
+
+    def ends(self) -> tuple[int, float]:
+        """Wait for the job to end; its exit status and the seconds it took from now."""
+        t0 = time.monotonic()
+        try:
+            rc = self.proc.wait(timeout=END_WITHIN)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the job did not end within {END_WITHIN} s:\n{self.stderr()}") from None
+        return rc, time.monotonic() - t0
+
+    def no_partials(self) -> list[str]:
+        """Partial files once the guard of a killed writer has had time to act (should be [])."""
+        deadline = time.monotonic() + 10
+        while self.partials() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.partials()
+
+    def kill(self) -> None:
+        """End what is left of this job: only the processes it started."""
+        if self.proc.poll() is None:
+            for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            self.proc.wait()
+
+
+@pytest.fixture
+def job(tmp_path):
+    jobs = []
+
+    def start(ranks: int, args: list[str], device: str = "cpu", **env: str) -> Job:
+        j = Job(tmp_path, ranks, args, device, **env)
+        jobs.append(j)
+        return j
+
+    yield start
+    for j in jobs:
+        j.kill()
+
+
+LONG = ["--m", "3000", "--n", "3000", "--k", "3000", "--iters", "1000", "--warmup", "0", "--verify", "none"]
+LOOP = ["--m", "1200", "--n", "1200", "--k", "1200", "--iters", "1000", "--warmup", "0", "--verify", "none"]
+SHORT = ["--m", "60", "--n", "50", "--k", "40", "--iters", "1", "--warmup", "0", "--save-c"]
+
+
+def test_sigkill_of_one_rank_ends_the_job(job):
+    j = job(3, LONG)
+    j.wait_for_loop()
+    os.kill(j.rank_pids()[1], signal.SIGKILL)
+    rc, took = j.ends()
+    assert rc != 0
+    assert took < END_WITHIN
+    assert not j.out.exists()
+    assert j.no_partials() == []
+
+
+@pytest.mark.parametrize(
+    ("target", "sig"),
+    [("mpiexec", signal.SIGTERM), ("rank 0", signal.SIGTERM), ("rank 1", signal.SIGTERM),
+     ("mpiexec", signal.SIGINT)],
+    ids=["SIGTERM-mpiexec", "SIGTERM-rank0", "SIGTERM-rank1", "SIGINT-mpiexec"],
+)
+def test_signal_during_the_loop_ends_the_job_cleanly(job, target, sig):
+    j = job(2, LOOP)
+    j.wait_for_loop()
+    pid = j.proc.pid if target == "mpiexec" else j.rank_pids()[int(target[-1])]
+    os.kill(pid, sig)
+    rc, _ = j.ends()
+    assert rc != 0
+    assert not j.out.exists()
+    assert j.no_partials() == []
+
+
+@pytest.mark.parametrize("target", ["mpiexec", "rank 0", "rank 1"])
+def test_sigterm_while_rank_0_writes_removes_the_temporary_file(job, target):
+    """Rank 0 holds its temporary file open (fault hook); the other rank waits inside MPI.
+
+    With ``rank 1`` the launcher then kills rank 0 with SIGKILL: no handler runs
+    there, and the file's guard process removes it.
+    """
+    j = job(2, SHORT, HPCMM_FAULT="0:write:hang")
+    j.wait_for_partial()
+    pid = j.proc.pid if target == "mpiexec" else j.rank_pids()[int(target[-1])]
+    os.kill(pid, signal.SIGTERM)
+    rc, _ = j.ends()
+    assert rc != 0
+    assert not j.out.exists()
+    assert j.no_partials() == []
+
+
+def test_sigkill_of_the_writer_leaves_no_temporary_file(job):
+    j = job(2, SHORT, HPCMM_FAULT="0:write:hang")
+    j.wait_for_partial()
+    os.kill(j.rank_pids()[0], signal.SIGKILL)
+    rc, _ = j.ends()
+    assert rc != 0
+    assert not j.out.exists()
+    assert j.no_partials() == []
+
+
+def test_sigterm_reaches_a_rank_waiting_inside_mpi(job):
+    """Rank 1 hangs in the first product (fault hook); rank 0 finishes it and waits in a barrier.
+
+    A Python signal handler runs only between bytecodes, which rank 0, inside
+    MPI, never reaches; hpcmm's watcher thread acts on the signal all the same.
+    """
+    j = job(2, ["--m", "60", "--n", "50", "--k", "40", "--iters", "2", "--warmup", "0"],
+            HPCMM_FAULT="1:multiply:hang")
+    j.wait_for_loop()  # rank 0 printed its first product and went on to the next barrier
+    time.sleep(0.5)
+    os.kill(j.rank_pids()[0], signal.SIGTERM)
+    rc, _ = j.ends()
+    assert rc != 0
+    assert "stopped by SIGTERM" in j.stderr()
+    assert not j.out.exists()
+
+
+@pytest.mark.parametrize("when", ["loop", "write"])
+def test_interrupted_overwrite_keeps_the_previous_file(job, tmp_path, when):
+    previous = os.urandom(4096)
+    (tmp_path / "out.h5").write_bytes(previous)
+    if when == "loop":
+        j = job(2, [*LOOP, "--overwrite"])
+        j.wait_for_loop()
+    else:
+        j = job(2, [*SHORT, "--overwrite"], HPCMM_FAULT="0:write:hang")
+        j.wait_for_partial()
+    os.kill(j.proc.pid, signal.SIGTERM)
+    rc, _ = j.ends()
+    assert rc != 0
+    assert (tmp_path / "out.h5").read_bytes() == previous
+    assert j.no_partials() == []
+
+
+# -- the same on GPUs (skipped without one) ------------------------------------------
+def _gpus() -> int:
+    from hpcmm.backend import gpu_count
+
+    return gpu_count()
+
+
+GPU_LOOP = ["--m", "8192", "--n", "8192", "--k", "8192", "--iters", "1000", "--warmup", "0", "--verify", "none"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target", ["mpiexec", "rank 0", "rank 1"])
+def test_sigterm_during_the_gpu_loop_ends_the_job_cleanly(job, target):
+    """Two ranks on the GPUs (one GPU shared, or one each): CUDA IPC and the GEMMs in flight."""
+    if _gpus() < 1:
+        pytest.skip("needs a CUDA GPU and cupy")
+    j = job(2, GPU_LOOP, "gpu")
+    j.wait_for_loop()
+    pid = j.proc.pid if target == "mpiexec" else j.rank_pids()[int(target[-1])]
+    os.kill(pid, signal.SIGTERM)
+    rc, _ = j.ends()
+    assert rc != 0
+    assert not j.out.exists()
+    assert j.no_partials() == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["SIGTERM to rank 1", "SIGKILL to rank 0"])
+def test_gpu_run_killed_while_rank_0_writes_leaves_no_temporary_file(job, how):
+    if _gpus() < 1:
+        pytest.skip("needs a CUDA GPU and cupy")
+    j = job(2, [*SHORT, "--ranks-per-node", "1"], "gpu", HPCMM_FAULT="0:write:hang")
+    j.wait_for_partial()
+    if how == "SIGTERM to rank 1":
+        os.kill(j.rank_pids()[1], signal.SIGTERM)
+    else:
+        os.kill(j.rank_pids()[0], signal.SIGKILL)
+    rc, _ = j.ends()
+    assert rc != 0
+    assert not j.out.exists()
+    assert j.no_partials() == []

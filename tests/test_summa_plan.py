@@ -1,0 +1,144 @@
+"""SUMMA plans: steps cover k in order, stay inside one block of A and of B, roots are right.
+
+Plans are plain data, so every grid is checked here without MPI.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hpcmm.algorithms import Step, auto_panel, summa_plan
+from hpcmm.layout import Grid, Layout, block_range
+
+GRIDS = [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (1, 3), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1)]
+
+
+def check_plan(layout: Layout, panel: int, steps: list[Step]) -> None:
+    """Every property a plan must have; raises AssertionError naming the bad step."""
+    grid, k = layout.grid, layout.k
+    assert steps, "a plan has at least one step"
+    assert steps[0].k0 == 0 and steps[-1].k1 == k
+    for i, s in enumerate(steps):
+        assert s.index == i
+        assert 0 < s.width <= panel, s
+        assert s.width == s.k1 - s.k0
+        if i:
+            assert s.k0 == steps[i - 1].k1, f"gap or overlap before {s}"
+        a_lo, a_hi = block_range(k, grid.cols, s.a_root)
+        b_lo, b_hi = block_range(k, grid.rows, s.b_root)
+        assert 0 <= s.a_root < grid.cols and 0 <= s.b_root < grid.rows, s
+        assert a_lo <= s.k0 < s.k1 <= a_hi, f"{s} straddles A's k blocks ({a_lo}, {a_hi})"
+        assert b_lo <= s.k0 < s.k1 <= b_hi, f"{s} straddles B's k blocks ({b_lo}, {b_hi})"
+        assert s.a_offset == s.k0 - a_lo and s.b_offset == s.k0 - b_lo, s
+
+
+def expected_steps(layout: Layout, panel: int) -> int:
+    """Greedy count: each piece between two block boundaries of A or B splits into ceil(len/panel)."""
+    k = layout.k
+    cuts = {0, k}
+    cuts |= {block_range(k, layout.grid.cols, c)[0] for c in range(layout.grid.cols)}
+    cuts |= {block_range(k, layout.grid.rows, r)[0] for r in range(layout.grid.rows)}
+    cuts = sorted(c for c in cuts if c <= k)
+    return sum(math.ceil((b - a) / panel) for a, b in zip(cuts, cuts[1:]) if b > a)
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("k, panel", [(24, 4), (24, 6), (24, 5), (24, 7), (23, 1), (23, 23), (31, 100),
+                                      (3, 2), (2, 1), (1, 1), (1000, 128), (1001, 64)])
+def test_plan_properties(grid, k, panel):
+    """Panels that do and do not divide k, wider than k, width 1, fewer k than ranks."""
+    layout = Layout(13, 11, k, Grid(*grid))
+    steps = summa_plan(layout, panel)
+    check_plan(layout, panel, steps)
+    assert len(steps) == expected_steps(layout, panel)
+
+
+@given(rows=st.integers(1, 6), cols=st.integers(1, 6), k=st.integers(1, 300), panel=st.integers(1, 80))
+def test_plan_properties_random(rows, cols, k, panel):
+    layout = Layout(5, 7, k, Grid(rows, cols))
+    steps = summa_plan(layout, panel)
+    check_plan(layout, panel, steps)
+    assert len(steps) == expected_steps(layout, panel)
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("k, panel", [(24, 8), (24, 5), (1000, 256), (1001, 64), (7, 16), (3, 2)])
+def test_ramped_plan(grid, k, panel):
+    """With ``ramp`` the first panels start at panel/8 and double; the plan stays valid."""
+    layout = Layout(9, 7, k, Grid(*grid))
+    steps = summa_plan(layout, panel, ramp=True)
+    check_plan(layout, panel, steps)
+    start = max(1, panel // 8)
+    assert steps[0].width <= start
+    for i, s in enumerate(steps):
+        assert s.width <= min(panel, start * 2**i), f"step {i} wider than the ramp allows: {s}"
+    # The ramp only adds steps, never removes any.
+    assert len(steps) >= len(summa_plan(layout, panel))
+
+
+def test_ramp_widths_double():
+    steps = summa_plan(Layout(4, 4, 100, Grid(1, 1)), 32, ramp=True)
+    assert [s.width for s in steps] == [4, 8, 16, 32, 32, 8]
+
+
+def test_documented_example():
+    """k = 10 on a 2 × 3 grid with panel 4 (the module docstring)."""
+    steps = summa_plan(Layout(5, 5, 10, Grid(2, 3)), 4)
+    assert [(s.k0, s.k1) for s in steps] == [(0, 4), (4, 5), (5, 7), (7, 10)]
+    assert [s.a_root for s in steps] == [0, 1, 1, 2]
+    assert [s.b_root for s in steps] == [0, 0, 1, 1]
+    assert [s.a_offset for s in steps] == [0, 0, 1, 0]
+    assert [s.b_offset for s in steps] == [0, 4, 0, 2]
+
+
+def test_one_rank_panel_divides_k():
+    steps = summa_plan(Layout(3, 3, 12, Grid(1, 1)), 4)
+    assert [(s.k0, s.k1, s.a_offset, s.b_offset) for s in steps] == [(0, 4, 0, 0), (4, 8, 4, 4), (8, 12, 8, 8)]
+
+
+@pytest.mark.parametrize("panel", [0, -3])
+def test_plan_rejects_non_positive_panel(panel):
+    with pytest.raises(ValueError, match=f"panel width {panel}"):
+        summa_plan(Layout(4, 4, 4, Grid(1, 1)), panel)
+
+
+# -- auto_panel -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("on_gpu", [False, True])
+@pytest.mark.parametrize("grid", GRIDS)
+def test_auto_panel_is_sane(on_gpu, grid):
+    """Between 1 and k, no wider than the target unless a block is smaller, whole blocks in equal pieces."""
+    for itemsize in (2, 4, 8, 16):
+        target = (2048 if on_gpu else 256) * (2 if itemsize <= 2 else 1)
+        for k in (1, 2, 3, 17, 255, 256, 257, 1000, 4097, 20000, 65536):
+            layout = Layout(64, 64, k, Grid(*grid))
+            panel = auto_panel(layout, itemsize, on_gpu)
+            case = f"k={k} itemsize={itemsize}: panel {panel}"
+            if grid == (1, 1):
+                assert panel == k, f"{case}: one rank moves nothing, one GEMM of full depth"
+                continue
+            smallest = min(k // grid[1], k // grid[0]) or k
+            assert 1 <= panel <= k, case
+            assert panel <= target, case
+            if smallest <= target:
+                assert panel == smallest, case
+            else:
+                # The smallest block splits into pieces of (nearly) equal width: no sliver step.
+                pieces = math.ceil(smallest / panel)
+                assert panel * pieces >= smallest > panel * (pieces - 1), case
+                assert panel * pieces - smallest < pieces, f"{case}: pieces differ by more than one column"
+            check_plan(layout, panel, summa_plan(layout, panel))
+
+
+def test_auto_panel_gpu_is_deeper_than_cpu():
+    layout = Layout(8192, 8192, 8192, Grid(2, 2))
+    assert auto_panel(layout, 8, on_gpu=True) > auto_panel(layout, 8, on_gpu=False)
+    assert auto_panel(layout, 2, on_gpu=True) >= auto_panel(layout, 8, on_gpu=True)
+    # Whole 4096-wide blocks split into equal panels: no sliver steps.
+    steps = summa_plan(layout, auto_panel(layout, 8, on_gpu=True))
+    assert len({s.width for s in steps}) == 1
