@@ -64,6 +64,7 @@ def _references(backend, sizes, rows) -> None:
     cp, rt = backend.cupy, backend.cupy.cuda.runtime
     stream = backend.comm_stream
     count = rt.getDeviceCount()
+    peer_enabled: list[int] = []
     for nbytes in sizes:
         with backend.device:
             src = cp.empty(nbytes, dtype=np.uint8)
@@ -73,6 +74,12 @@ def _references(backend, sizes, rows) -> None:
             dst.data.ptr, src.data.ptr, nbytes, rt.memcpyDeviceToDevice, stream.ptr)))
         if count > 1:
             other = (backend.device_id + 1) % count
+            if not peer_enabled:
+                # Without peer access the driver stages a peer copy through the host.
+                with backend.device:
+                    if rt.deviceCanAccessPeer(backend.device_id, other):
+                        rt.deviceEnablePeerAccess(other)
+                peer_enabled.append(other)
             with cp.cuda.Device(other):
                 far = cp.empty(nbytes, dtype=np.uint8)
                 far.fill(2)

@@ -113,7 +113,9 @@ class Engine:
     # -- set-up ---------------------------------------------------------------
     def _check_memory(self) -> None:
         be, topo = self.backend, self.topo
-        need = memory_needed(self.layout, topo.rank, self.dtype.itemsize, self.panel, self.ring)
+        # A channel that spans nodes keeps at least two relay slots (transport/channel.py).
+        ring = max(self.ring, 2) if topo.vnode_count > 1 else self.ring
+        need = memory_needed(self.layout, topo.rank, self.dtype.itemsize, self.panel, ring)
         # Ranks that share a device share its memory.
         sharing = topo.node_comm.allgather(getattr(be, "device_id", 0))
         share = sharing.count(getattr(be, "device_id", 0)) if be.on_gpu else topo.local_size
@@ -189,6 +191,9 @@ class Engine:
             step = self.plan[s]
             w, slot = step.width, s % self.ring
             h0 = time.perf_counter()
+            # Wait for the slot before the first mark, so that the transfer's bar in the
+            # timeline is the transfer, not the GEMM it waited for.
+            be.wait(ms, gemm_done[slot])
             c0 = be.event(ms)
             # The channels take the step, not our slot: a channel that spans nodes keeps a
             # deeper ring (at least 2) and must alternate its relay slots even with prefetch 0.
