@@ -63,32 +63,33 @@ def _references(backend, sizes, rows) -> None:
         return
     cp, rt = backend.cupy, backend.cupy.cuda.runtime
     stream = backend.comm_stream
-    count = rt.getDeviceCount()
-    peer_enabled: list[int] = []
-    for nbytes in sizes:
+    here = backend.device_id
+    other = (here + 1) % rt.getDeviceCount()
+    if other != here:
+        # Without peer access the driver stages a peer copy through the host.
         with backend.device:
-            src = cp.empty(nbytes, dtype=np.uint8)
-            dst = cp.empty(nbytes, dtype=np.uint8)
-            src.fill(1)
-        rows.append(_event_timed(backend, "d2d", nbytes, lambda: rt.memcpyAsync(
-            dst.data.ptr, src.data.ptr, nbytes, rt.memcpyDeviceToDevice, stream.ptr)))
-        if count > 1:
-            other = (backend.device_id + 1) % count
-            if not peer_enabled:
-                # Without peer access the driver stages a peer copy through the host.
-                with backend.device:
-                    if rt.deviceCanAccessPeer(backend.device_id, other):
-                        rt.deviceEnablePeerAccess(other)
-                peer_enabled.append(other)
-            with cp.cuda.Device(other):
-                far = cp.empty(nbytes, dtype=np.uint8)
-                far.fill(2)
-            with backend.device:
-                rows.append(_event_timed(backend, "peer", nbytes, lambda: rt.memcpyPeerAsync(
-                    dst.data.ptr, backend.device_id, far.data.ptr, other, nbytes, stream.ptr)))
-            del far
-        del src, dst
-    cp.get_default_memory_pool().free_all_blocks()
+            if rt.deviceCanAccessPeer(here, other):
+                rt.deviceEnablePeerAccess(other)
+    largest = max(sizes)
+    with backend.device:
+        src = cp.ones(largest, dtype=np.uint8)
+        dst = cp.empty(largest, dtype=np.uint8)
+    far = None
+    if other != here:
+        with cp.cuda.Device(other):
+            far = cp.full(largest, 2, dtype=np.uint8)
+
+    def local_copy(nbytes):
+        rt.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, rt.memcpyDeviceToDevice, stream.ptr)
+
+    def peer_copy(nbytes):
+        rt.memcpyPeerAsync(dst.data.ptr, here, far.data.ptr, other, nbytes, stream.ptr)
+
+    with backend.device:
+        for nbytes in sizes:
+            rows.append(_event_timed(backend, "d2d", nbytes, local_copy))
+            if far is not None:
+                rows.append(_event_timed(backend, "peer", nbytes, peer_copy))
 
 
 def _event_timed(backend, path, nbytes, fn) -> dict:
@@ -97,7 +98,7 @@ def _event_timed(backend, path, nbytes, fn) -> dict:
     for i in range(_reps(nbytes) + 1):
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         start.record(stream)
-        fn()
+        fn(nbytes)
         stop.record(stream)
         stop.synchronize()
         if i:

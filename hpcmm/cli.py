@@ -113,8 +113,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     first = next((a for a in argv if not a.startswith("-")), None)
     if first not in SUBCOMMANDS and not any(a in ("-h", "--help", "--version") for a in argv[:1]):
         argv = ["run", *argv]
-    elif first is None and not argv:
-        argv = ["run"]
     return build_parser().parse_args(argv)
 
 

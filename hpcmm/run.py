@@ -186,7 +186,6 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
     sources = _inspect_inputs(comm, config)
     topo = Topology.create(comm, config)
     backend = engine = None
-    tmp = None
     collective_exit = True
     try:
         with collective(topo.comm):
@@ -197,7 +196,6 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
         _fault(config, topo.rank, "setup")
         if sources is not None:
             m, n, k = check_pair(*sources)
-            config = config.replace(a=config.a, b=config.b)
         else:
             config = config.with_default_size(backend.on_gpu)
             m, n, k = config.m, config.n, config.k
@@ -250,7 +248,6 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
                                len(engine.plan), config.tf32)
         result = _gather_and_write(config, topo, backend, layout, engine, awareness, times, check,
                                    argv, write)
-        tmp = result.path
         if check is not None and not check.passed:
             error = VerificationError(
                 f"verification failed: {check.method} residual {check.residual:.3e} > tolerance "
@@ -273,7 +270,6 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
             if backend is not None:
                 backend.close()
             topo.close()
-        del tmp
 
 
 def _gather_and_write(config, topo, backend, layout, engine, awareness, times, check, argv, write) -> RunResult:

@@ -83,7 +83,6 @@ def _matvec(backend, block, vector: np.ndarray, absolute: bool = False, rows_per
 def freivalds(topo, layout, backend, a_block, b_block, c_block, seed, dtype, steps, tf32=False) -> Check:
     """Distributed Freivalds check; collective over the topology's communicators."""
     rank = topo.rank
-    rows = layout.rows(topo.coords[0])
     (bk0, bk1), cols = layout.b_block(rank)
     ak0, ak1 = layout.a_k(topo.coords[1])
     x = random_vector(seed, layout.n)[cols[0] : cols[1]]
