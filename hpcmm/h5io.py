@@ -51,25 +51,37 @@ def check_output_path(path: str, overwrite: bool) -> None:
 PENDING: set[str] = set()
 
 
-def temporary_path(path: str) -> str:
+#: Guard processes of the temporary files this process writes (see :func:`guard_temporary`).
+_GUARDS: dict[str, subprocess.Popen] = {}
+
+
+def temporary_path(path: str, guarded: bool = False) -> str:
     """A fresh hidden name beside ``path`` (same file system, so the rename is atomic).
 
     The name is in :data:`PENDING` before the file exists, so a signal at any
-    moment finds it.  The file gets the mode of any new file (the umask's).
+    moment finds it.  With ``guarded`` its guard process is running before the
+    file exists, so no moment is left in which a killed process leaves the file
+    behind; :func:`release_guard` lets it go.  The file gets the mode of any new
+    file (the umask's).
     """
     directory, base = os.path.split(os.path.abspath(path))
     while True:
         tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.partial")
         PENDING.add(tmp)
+        guard = guard_temporary(tmp) if guarded else None
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
+        except BaseException as exc:
             PENDING.discard(tmp)
-            continue
-        except BaseException:
-            PENDING.discard(tmp)
+            if guard is not None:
+                guard.kill()  # the name is someone else's file (or none): the guard must not act
+                guard.wait()
+            if isinstance(exc, FileExistsError):
+                continue
             raise
         os.close(fd)
+        if guard is not None:
+            _GUARDS[tmp] = guard
         return tmp
 
 
@@ -113,8 +125,9 @@ def guard_temporary(tmp: str) -> subprocess.Popen | None:
         return None
 
 
-def release_guard(guard: subprocess.Popen | None) -> None:
-    """Let the guard of :func:`guard_temporary` go (after the file is published or removed)."""
+def release_guard(tmp: str | None) -> None:
+    """Let the guard of ``tmp`` go (after the file is published or removed)."""
+    guard = _GUARDS.pop(tmp, None) if tmp is not None else None
     if guard is None:
         return
     with contextlib.suppress(OSError):
@@ -252,7 +265,7 @@ def write_table_file(out: str, overwrite: bool, kind: str, name: str, rows: list
     import datetime  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    tmp = temporary_path(out)
+    tmp = temporary_path(out, guarded=True)
     try:
         with h5py.File(tmp, "w") as f:
             _attrs(f, {"schema_version": SCHEMA_VERSION, "kind": kind,
@@ -262,5 +275,5 @@ def write_table_file(out: str, overwrite: bool, kind: str, name: str, rows: list
             _table(f, name, rows)
         publish(tmp, out, overwrite)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        remove_temporary(tmp)
+        release_guard(tmp)

@@ -299,7 +299,7 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
     vers = versions(backend)
     summary = topo_rows = None
     path = config.out if write else None
-    tmp = guard = None
+    tmp = None
     error = None
     if rank == 0:
         try:
@@ -314,9 +314,8 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
             summary["prefetch"] = engine.prefetch
             summary["peak_memory_bytes_max"] = max(e["memory"]["peak_bytes"] for e in everyone)
             if write:
-                tmp = h5io.temporary_path(config.out)
-                _PENDING_FILES.add(tmp)
-                guard = h5io.guard_temporary(tmp)  # removes tmp should this process be killed
+                # Guarded: removed even should this process be killed while it writes.
+                tmp = h5io.temporary_path(config.out, guarded=True)
                 cfg = config.as_attributes()
                 cfg.update(m=layout.m, n=layout.n, k=layout.k, grid=str(topo.grid), panel=engine.panel,
                            panel_auto=engine.panel_auto, prefetch=engine.prefetch, ring=engine.ring,
@@ -365,7 +364,7 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
                 if os.path.exists(tmp):
                     os.unlink(tmp)
             _PENDING_FILES.discard(tmp)
-        h5io.release_guard(guard)
+        h5io.release_guard(tmp)
     summary = comm.bcast(summary, root=0)
     topo_rows = comm.bcast(topo_rows, root=0)
     return RunResult(summary, check, path, topo_rows, awareness.reason)
