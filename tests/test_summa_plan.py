@@ -114,7 +114,7 @@ def test_plan_rejects_non_positive_panel(panel):
 def test_auto_panel_is_sane(on_gpu, grid):
     """Between 1 and k, no wider than the target unless a block is smaller, whole blocks in equal pieces."""
     for itemsize in (2, 4, 8, 16):
-        target = (4096 if on_gpu else 256) * (2 if itemsize <= 2 else 1)
+        target = (2048 if on_gpu else 256) * (2 if itemsize <= 2 else 1)
         for k in (1, 2, 3, 17, 255, 256, 257, 1000, 4097, 20000, 65536):
             layout = Layout(64, 64, k, Grid(*grid))
             panel = auto_panel(layout, itemsize, on_gpu)
