@@ -134,10 +134,10 @@ _WATCHER: list[threading.Thread] = []
 
 def _stop(signum: int) -> None:
     """Remove partial files and end the process (whichever thread sees the signal first)."""
-    from .run import cleanup_on_signal  # noqa: PLC0415
+    from .h5io import remove_pending  # noqa: PLC0415
 
     _STOPPING.acquire()  # a second caller waits here until the first one has ended the process
-    cleanup_on_signal()
+    remove_pending()
     name = signal.Signals(signum).name
     sys.stderr.write(f"hpcmm: stopped by {name}; no results written\n")
     sys.stderr.flush()

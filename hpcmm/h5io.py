@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["PENDING", "check_output_path", "temporary_path", "remove_temporary", "guard_temporary",
+__all__ = ["PENDING", "check_output_path", "temporary_path", "remove_temporary", "remove_pending", "guard_temporary",
            "release_guard", "write_results", "write_table_file", "publish", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = "1"
@@ -90,6 +90,13 @@ def remove_temporary(tmp: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     PENDING.discard(tmp)
+
+
+def remove_pending() -> None:
+    """Remove every temporary file this process is writing (the CLI's SIGTERM/SIGINT handler)."""
+    for tmp in list(PENDING):
+        with contextlib.suppress(OSError):
+            remove_temporary(tmp)
 
 
 # The guard: waits until its stdin closes (the writer released it, or died), then

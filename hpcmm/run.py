@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import os
 import sys
 import time
 
@@ -29,18 +28,7 @@ from .topology import Topology
 from .transport import PATHS, decide
 from .verify import Check, check_full_size, freivalds, full_check
 
-__all__ = ["RunResult", "run", "cleanup_on_signal"]
-
-# Temporary files of runs in flight, removed by the signal handlers of the CLI.
-_PENDING_FILES = h5io.PENDING
-
-
-def cleanup_on_signal() -> None:
-    """Remove the temporary files of runs in flight (called on SIGTERM/SIGINT)."""
-    for path in list(_PENDING_FILES):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        _PENDING_FILES.discard(path)
+__all__ = ["RunResult", "run"]
 
 
 def _fault(config: RunConfig, rank: int, phase: str) -> bool:
@@ -361,9 +349,7 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
     finally:
         if rank == 0 and tmp is not None:
             with contextlib.suppress(OSError):
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-            _PENDING_FILES.discard(tmp)
+                h5io.remove_temporary(tmp)  # gone already once published
         h5io.release_guard(tmp)
     summary = comm.bcast(summary, root=0)
     topo_rows = comm.bcast(topo_rows, root=0)

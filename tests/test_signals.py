@@ -143,6 +143,17 @@ class Job:
             raise AssertionError(f"the job did not end within {END_WITHIN} s:\n{self.stderr()}") from None
         return rc, time.monotonic() - t0
 
+    def pid_of(self, target: str) -> int:
+        """The pid behind ``"mpiexec"``, ``"rank 0"``, ``"rank 1"``, ..."""
+        return self.proc.pid if target == "mpiexec" else self.rank_pids()[int(target.split()[-1])]
+
+    def assert_ended_cleanly(self) -> None:
+        """The job ends, fails, and leaves neither an output file nor a partial one."""
+        rc, _ = self.ends()
+        assert rc != 0
+        assert not self.out.exists()
+        assert self.no_partials() == []
+
     def no_partials(self) -> list[str]:
         """Partial files once the guard of a killed writer has had time to act (should be [])."""
         deadline = time.monotonic() + 10
@@ -200,12 +211,8 @@ def test_sigkill_of_one_rank_ends_the_job(job):
 def test_signal_during_the_loop_ends_the_job_cleanly(job, target, sig):
     j = job(2, LOOP)
     j.wait_for_loop()
-    pid = j.proc.pid if target == "mpiexec" else j.rank_pids()[int(target[-1])]
-    os.kill(pid, sig)
-    rc, _ = j.ends()
-    assert rc != 0
-    assert not j.out.exists()
-    assert j.no_partials() == []
+    os.kill(j.pid_of(target), sig)
+    j.assert_ended_cleanly()
 
 
 @pytest.mark.parametrize("target", ["mpiexec", "rank 0", "rank 1"])
@@ -217,12 +224,8 @@ def test_sigterm_while_rank_0_writes_removes_the_temporary_file(job, target):
     """
     j = job(2, SHORT, HPCMM_FAULT="0:write:hang")
     j.wait_for_partial()
-    pid = j.proc.pid if target == "mpiexec" else j.rank_pids()[int(target[-1])]
-    os.kill(pid, signal.SIGTERM)
-    rc, _ = j.ends()
-    assert rc != 0
-    assert not j.out.exists()
-    assert j.no_partials() == []
+    os.kill(j.pid_of(target), signal.SIGTERM)
+    j.assert_ended_cleanly()
 
 
 def test_sigkill_of_the_writer_leaves_no_temporary_file(job):
@@ -287,12 +290,8 @@ def test_sigterm_during_the_gpu_loop_ends_the_job_cleanly(job, target):
         pytest.skip("needs a CUDA GPU and cupy")
     j = job(2, GPU_LOOP, "gpu")
     j.wait_for_loop()
-    pid = j.proc.pid if target == "mpiexec" else j.rank_pids()[int(target[-1])]
-    os.kill(pid, signal.SIGTERM)
-    rc, _ = j.ends()
-    assert rc != 0
-    assert not j.out.exists()
-    assert j.no_partials() == []
+    os.kill(j.pid_of(target), signal.SIGTERM)
+    j.assert_ended_cleanly()
 
 
 @pytest.mark.gpu
