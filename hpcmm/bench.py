@@ -17,6 +17,7 @@ For each case (``dtype:N`` or ``dtype:MxNxK``; ``tf32`` means float32 with
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import sys
@@ -83,7 +84,7 @@ def one_gpu_seconds(backend, case: Case, iters: int = 5) -> float:
     # The same distribution as hpcmm's own inputs (uniform in [-1, 1), every mantissa bit
     # random): data with zero low bits draws less power and runs at higher clocks.
     gen = xp.random.default_rng(7) if backend.on_gpu else np.random.default_rng(7)
-    with backend.device if backend.on_gpu else _nothing():
+    with backend.device if backend.on_gpu else contextlib.nullcontext():
         a = (gen.random((case.m, case.k), dtype=np.float64) * 2 - 1).astype(case.dtype)
         b = (gen.random((case.k, case.n), dtype=np.float64) * 2 - 1).astype(case.dtype)
     c = backend.empty((case.m, case.n), case.dtype)
@@ -108,12 +109,6 @@ def one_gpu_seconds(backend, case: Case, iters: int = 5) -> float:
     if backend.on_gpu:
         backend.cupy.get_default_memory_pool().free_all_blocks()
     return float(np.median(times))
-
-
-def _nothing():
-    import contextlib  # noqa: PLC0415
-
-    return contextlib.nullcontext()
 
 
 def _baseline(comm, config, case: Case):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from mpi4py import MPI
 
 __all__ = ["PeerUnavailable", "cublasmp_seconds", "heat_seconds"]
 
@@ -77,13 +78,7 @@ def cublasmp_seconds(comm, backend, m, n, k, dtype, iters=5, tf32=False) -> floa
                     times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
         del a, b
     # The slowest rank sets the pace.
-    return float(comm.allreduce(float(np.median(times)), op=_max_op()))
-
-
-def _max_op():
-    from mpi4py import MPI  # noqa: PLC0415
-
-    return MPI.MAX
+    return float(comm.allreduce(float(np.median(times)), op=MPI.MAX))
 
 
 def heat_seconds(comm, backend, m, n, k, dtype, iters=2) -> float:
@@ -116,4 +111,4 @@ def heat_seconds(comm, backend, m, n, k, dtype, iters=2) -> float:
             times.append(elapsed)
     del a, b
     # The slowest rank sets the pace.
-    return float(comm.allreduce(float(np.median(times)), op=_max_op()))
+    return float(comm.allreduce(float(np.median(times)), op=MPI.MAX))
