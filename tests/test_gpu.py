@@ -200,13 +200,13 @@ def test_ipc_allocate_and_close(backend):
 
     from hpcmm.transport.ipc import IpcPeerMemory, open_handles
 
-    before = getattr(backend, "extra_device_bytes", 0)
+    before = backend.exported_bytes
     peers = IpcPeerMemory(MPI.COMM_SELF, backend)
     local = peers.allocate(4096 + 3)
     try:
         assert local.nbytes == 4099 and local.dtype == np.uint8
         assert open_handles(peers) == 0  # one rank: nothing of a peer to open
-        assert backend.extra_device_bytes == before + 4099
+        assert backend.exported_bytes == before + 4099
         local[:] = 7
         peers.export_events(2)
         peers.record(1, backend.comm_stream)
