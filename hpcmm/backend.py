@@ -470,16 +470,19 @@ class GpuBackend(Backend):
         """Stop counting ``array``'s allocation; it is freed with the last reference to it."""
         self.exported_bytes -= array.data.mem.size
 
+    def _on_device(self, call: str, *args):
+        """``cupy.cuda.runtime.<call>(*args)`` with this rank's GPU current."""
+        with self.device:
+            return getattr(self.cupy.cuda.runtime, call)(*args)
+
     def open_exported(self, handle: bytes) -> int:
         """Map a node peer's exported allocation here; returns its device address."""
-        with self.device:
-            # Lazy peer access: the driver enables NVLink/P2P for peers on other GPUs.
-            return self.cupy.cuda.runtime.ipcOpenMemHandle(handle)
+        # Lazy peer access: the driver enables NVLink/P2P for peers on other GPUs.
+        return self._on_device("ipcOpenMemHandle", handle)
 
     def close_exported(self, address: int) -> None:
         """Unmap what :meth:`open_exported` mapped."""
-        with self.device:
-            self.cupy.cuda.runtime.ipcCloseMemHandle(address)
+        self._on_device("ipcCloseMemHandle", address)
 
     def copy_from_address(self, dst, address: int, nbytes: int, stream) -> None:
         """Copy ``nbytes`` at device ``address`` (a mapped peer allocation) into ``dst`` on ``stream``."""
@@ -501,13 +504,11 @@ class GpuBackend(Backend):
 
     def open_peer_event(self, handle: bytes) -> int:
         """Open a node peer's exported event; returns its raw ``cudaEvent_t``."""
-        with self.device:
-            return self.cupy.cuda.runtime.ipcOpenEventHandle(handle)
+        return self._on_device("ipcOpenEventHandle", handle)
 
     def close_peer_event(self, event: int) -> None:
         """Destroy what :meth:`open_peer_event` opened."""
-        with self.device:
-            self.cupy.cuda.runtime.eventDestroy(event)
+        self._on_device("eventDestroy", event)
 
     def wait_peer_event(self, stream, event: int) -> None:
         """Make ``stream`` wait for an opened peer event (no host wait)."""
