@@ -12,7 +12,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from launcher import REPO, find_mpiexec, quiet_environment, run_launcher
+from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 
 from hpcmm.inputs import generate_block
 from hpcmm.verify import tolerance
@@ -23,10 +23,7 @@ LIMIT = 120
 
 @pytest.fixture(scope="module")
 def mpiexec() -> str:
-    found = find_mpiexec()
-    if found is None:
-        pytest.skip("no mpiexec beside this Python or on PATH (pip install -e '.[mpich]' brings one)")
-    return found
+    return mpiexec_or_skip()
 
 
 def hpcmm(mpiexec: str, ranks: int, *args: str, cwd: Path = REPO, **env: str):

@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from launcher import find_mpiexec, quiet_environment
+from launcher import mpiexec_or_skip, quiet_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = 40
@@ -143,9 +143,7 @@ def test_fuzz_one_rank(case, fuzz_dir):
 # -- several ranks, through the driver under mpiexec -------------------------------
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_fuzz_under_mpiexec(ranks, tmp_path):
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        pytest.skip("no mpiexec ($MPIEXEC, beside the Python interpreter, or on PATH)")
+    mpiexec = mpiexec_or_skip()
     env = quiet_environment()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     result = tmp_path / "result.json"

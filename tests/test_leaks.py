@@ -36,7 +36,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from launcher import find_mpiexec, quiet_environment
+from launcher import mpiexec_or_skip, quiet_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTS = 200
@@ -262,9 +262,7 @@ def _gpus() -> int:
 
 
 def _under_mpiexec(ranks: int, device: str, timeout: float, tmp_path: Path) -> list[dict]:
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        pytest.skip("no mpiexec ($MPIEXEC, beside the Python interpreter, or on PATH)")
+    mpiexec = mpiexec_or_skip()
     cmd = [mpiexec, "-n", str(ranks), sys.executable, str(Path(__file__).resolve()),
            "--device", device, "--products", str(PRODUCTS), "--result", str(tmp_path / "leaks.json")]
     proc = subprocess.run(cmd, check=False, env=_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,

@@ -22,7 +22,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from launcher import find_mpiexec, run_launcher
+from launcher import mpiexec_or_skip, run_launcher
 
 #: Seconds one whole MPI run of tests/mpi may take before it is killed.
 LIMIT = 480
@@ -71,9 +71,7 @@ def suite_verdict(directory: Path, ranks: int) -> list[str]:
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 @pytest.mark.timeout(LIMIT + 60)
 def test_mpi_suite(ranks, tmp_path):
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        pytest.skip("no mpiexec beside this Python or on PATH (pip install -e '.[mpich]' brings one)")
+    mpiexec = mpiexec_or_skip()
     try:
         import pytest_mpi  # noqa: F401
     except ImportError:

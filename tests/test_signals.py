@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launcher import find_mpiexec, quiet_environment
+from launcher import mpiexec_or_skip, quiet_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 #: How long a job may take to end once a rank is gone or a signal is sent.
@@ -34,13 +34,6 @@ END_WITHIN = 30.0
 START_WITHIN = 60.0
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-
-def _mpiexec() -> str:
-    found = find_mpiexec()
-    if found is None:
-        pytest.skip("no mpiexec ($MPIEXEC, beside the Python interpreter, or on PATH)")
-    return found
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -93,7 +86,7 @@ class Job:
         self.tmp, self.ranks = tmp, ranks
         self.out = tmp / "out.h5"
         self.log = tmp / "stderr.txt"
-        cmd = [_mpiexec(), "-n", str(ranks), sys.executable, "-m", "hpcmm", "--device", device,
+        cmd = [mpiexec_or_skip(), "-n", str(ranks), sys.executable, "-m", "hpcmm", "--device", device,
                "--out", str(self.out), *args]
         with open(self.log, "wb") as err, open(tmp / "stdout.txt", "wb") as out:
             self.proc = subprocess.Popen(cmd, env=_env(**env), stdin=subprocess.DEVNULL, stdout=out,
