@@ -650,21 +650,23 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
             ready[op][:, f] = rdy
 
     wait = np.zeros((P, S))
-    for f in range(min(prefetch, S)):
-        fetch(f)
-    previous = np.zeros(P)
-    for s in range(S):
-        if prefetch == 0:
-            fetch(s)
-        start = np.maximum.reduce([host, previous, ready["A"][:, s], ready["B"][:, s]])
-        gend[:, s] = start + gemm[:, s]
-        wait[:, s] = start - previous
-        previous = gend[:, s]
-        if not on_gpu:
-            host = gend[:, s].copy()
-            stream = host
-        if prefetch and s + prefetch < S:
-            fetch(s + prefetch)
+    # Ranks outside a phase's groups compute with ±inf placeholders that np.where discards.
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for f in range(min(prefetch, S)):
+            fetch(f)
+        previous = np.zeros(P)
+        for s in range(S):
+            if prefetch == 0:
+                fetch(s)
+            start = np.maximum.reduce([host, previous, ready["A"][:, s], ready["B"][:, s]])
+            gend[:, s] = start + gemm[:, s]
+            wait[:, s] = start - previous
+            previous = gend[:, s]
+            if not on_gpu:
+                host = gend[:, s].copy()
+                stream = host
+            if prefetch and s + prefetch < S:
+                fetch(s + prefetch)
     seconds = float(gend[:, -1].max()) if S else 0.0
     notes = list(notes)
     if not _fits(problem, grid, panel, prefetch, machine, int(pl.sharers.max())):
@@ -846,7 +848,8 @@ def add_model_parser(sub, argtype_int) -> None:
     p.add_argument("what", nargs="?", choices=("predict", "measure", "check", "show", "scaling"),
                    default="predict")
     p.add_argument("files", nargs="*", metavar="FILE.h5", help="check: results files of measured runs")
-    p.add_argument("--machine", default="h200x2", help="built-in name or JSON file (default h200x2)")
+    p.add_argument("--machine", default=None,
+                   help="built-in name or JSON file (default h200x2; measure: the description to start from)")
     p.add_argument("--m", type=argtype_int("--m", 1), default=8192)
     p.add_argument("--n", type=argtype_int("--n", 1), default=None, help="default: m")
     p.add_argument("--k", type=argtype_int("--k", 1), default=None, help="default: m")
@@ -883,7 +886,7 @@ def model_main(ns, comm=None) -> int:
     if ns.what == "measure":
         return measure_main(ns, comm)
     rank = comm.Get_rank() if comm is not None else 0
-    machine = load_machine(ns.machine)
+    machine = load_machine(ns.machine or "h200x2")
     if ns.what == "show":
         text = machine.to_json()
     elif ns.what == "check":
@@ -1040,7 +1043,17 @@ def measure_main(ns, comm) -> int:
     return 0
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _sharers(backend, node) -> int:
+    """Ranks on this rank's device; on a CPU each core is a "device" (one BLAS thread per rank)."""
+    if not backend.on_gpu:
+        return -(-node.Get_size() // _cores())
     ident = getattr(backend, "device_id", 0)
     return node.allgather(ident).count(ident)
 
@@ -1085,6 +1098,12 @@ def _time_copy(backend, comm, nbytes: int = 1 << 27) -> float:
     return 2 * nbytes / float(np.median(times)) / 1e9
 
 
+def _meminfo():
+    from .backend import _meminfo_available  # noqa: PLC0415
+
+    return _meminfo_available()
+
+
 def _read_transport(path: str) -> dict:
     import h5py  # noqa: PLC0415
 
@@ -1116,7 +1135,9 @@ def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, rank
         accumulate_passes=passes, shared_device_efficiency=1.0 if sharers > 1 else fields.get(
             "shared_device_efficiency", 0.85))
     if not on_gpu:
-        fields.update(devices_per_node=1, nics_per_node=1, hosts=1, cuda_aware=True)
+        # One BLAS thread per rank (OMP_NUM_THREADS=1): the cores are the devices.
+        fields.update(devices_per_node=_cores(), nics_per_node=1, hosts=1, cuda_aware=True,
+                      memory_gib=(_meminfo() or 8 * 2**30) / 2**30)
     if transport:
         links = _read_transport(transport)
         for path, key in (("ipc", "intra"), ("shm", "intra"), ("mpi", "net"), ("staged", "staged")):
