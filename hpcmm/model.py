@@ -1001,7 +1001,7 @@ def _sweep_shapes(on_gpu: bool):
     if on_gpu:
         return [(m, n, w) for m in (1024, 4096, 16384) for n in (1024, 4096, 16384) for w in (128, 512, 2048)
                 if m * n * w <= 16384 * 16384 * 2048]
-    return [(m, n, w) for m in (128, 512) for n in (128, 512) for w in (32, 128, 256)]
+    return [(m, n, w) for m in (256, 1024) for n in (256, 1024) for w in (64, 256, 1024)]
 
 
 def measure_main(ns, comm) -> int:
@@ -1058,7 +1058,7 @@ def _sharers(backend, node) -> int:
     return node.allgather(ident).count(ident)
 
 
-def _time_gemm(backend, comm, m, n, w, dtype, acc, reps: int = 3) -> float:
+def _time_gemm(backend, comm, m, n, w, dtype, acc, reps: int = 5) -> float:
     np_dtype = "float32" if dtype == "tf32" else dtype
     xp = backend.xp
     rng = np.random.default_rng(1)
@@ -1080,14 +1080,19 @@ def _time_gemm(backend, comm, m, n, w, dtype, acc, reps: int = 3) -> float:
     return float(np.median(times))
 
 
-def _time_copy(backend, comm, nbytes: int = 1 << 27) -> float:
-    """Bytes read plus written per second by a copy on this device (all ranks at once)."""
+def _time_copy(backend, comm) -> float:
+    """Bytes read plus written per second by a copy on this device (all ranks at once).
+
+    The size is that of a C block of the sweep: on a CPU such a block lives in
+    the caches, on a GPU in device memory.
+    """
+    nbytes = (256 << 20) if backend.on_gpu else (4 << 20)
     src = backend.empty(nbytes, np.uint8)
     src.fill(1)
     dst = backend.empty(nbytes, np.uint8)
     stream = getattr(backend, "comm_stream", None)
     times = []
-    for i in range(4):
+    for i in range(6):
         comm.Barrier()
         t0 = backend.event(stream)
         backend.copy(dst, src, stream)
