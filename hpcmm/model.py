@@ -991,9 +991,9 @@ def scaling_tables(machine: Machine, dtype: str, nodes, sizes) -> str:
     for x in nodes:
         size = int(round(base * math.sqrt(x) / 256)) * 256
         p = predict(Problem(size, size, size, dtype), per * x, machine)
-        ratio = p.nic_bytes_max / p.nic_bytes_mean if p.nic_bytes_mean else 0.0
+        ratio = f"{p.nic_bytes_max / p.nic_bytes_mean:.2f}" if p.nic_bytes_mean else "–"
         out.append(f"| {x} | {size} | {p.grid} | {p.tflops / (per * x):.1f} | "
-                   f"{100 * p.exposed_seconds / p.seconds:.1f} % | {ratio:.2f} |")
+                   f"{100 * p.exposed_seconds / p.seconds:.1f} % | {ratio} |")
     return "\n".join(out)
 
 
