@@ -239,3 +239,29 @@ def test_placement_matches_topology_rule():
     pl = model.place(24, builtin("h200x8-ndr"))
     assert list(pl.vnode) == [0] * 8 + [1] * 8 + [2] * 8
     assert len(set(pl.nic)) == 24
+
+
+def test_model_command_prints_and_measures_on_cpu(tmp_path, monkeypatch, capsys):
+    """`model` predict/show/measure in process (one rank, numpy): the description it writes loads and predicts."""
+    import argparse
+
+    from mpi4py import MPI
+
+    from hpcmm import cli, h5io
+
+    ns = cli.parse(["model", "--m", "4096", "--ranks", "4", "--ranks-per-node", "2", "--json"])
+    assert model.model_main(ns, MPI.COMM_SELF) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["grid"] == "2x2" and out["seconds"] > 0 and set(out["bytes_by_path"]) == {"ipc", "staged"}
+    links = tmp_path / "links.h5"
+    rows = [{"src": 0, "dst": 1, "path": p, "bytes": b, "seconds": lat + b / (gbps * 1e9), "gbps": 0.0}
+            for p, gbps, lat in (("shm", 8.0, 2e-6), ("mpi", 3.0, 20e-6)) for b in (1 << 20, 1 << 24)]
+    h5io.write_table_file(str(links), False, "bench-transport", "transport", rows, {"hpcmm": "test"})
+    monkeypatch.setattr(model, "_sweep_shapes", lambda on_gpu: [(64, 64, 16), (128, 96, 64), (96, 128, 32)])
+    save = tmp_path / "cpu.json"
+    ns = argparse.Namespace(what="measure", machine=None, save=str(save), transport=str(links), dtypes="float64")
+    assert model.measure_main(ns, MPI.COMM_SELF) == 0
+    machine = model.load_machine(str(save))
+    assert machine.device == "cpu" and machine.gemm["float64"].tflops > 0
+    assert machine.intra_gbps == pytest.approx(8.0, rel=1e-6) and machine.net_gbps == pytest.approx(3.0, rel=1e-6)
+    assert predict(Problem(300, 200, 100), 2, machine).seconds > 0
