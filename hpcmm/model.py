@@ -1136,7 +1136,9 @@ def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, rank
         name=f"measured-{'gpu' if on_gpu else 'cpu'}",
         description=f"measured by `model measure` at {ranks} rank(s), {sharers} per device",
         source=f"GEMM sweep here; links from {transport or (base.name if base else 'defaults')}",
-        device="gpu" if on_gpu else "cpu", memory_gbps=mem_gbps, gemm={k: dataclasses.asdict(v) for k, v in gemm.items()},
+        # measured types replace the base's; the others keep the base's curves
+        device="gpu" if on_gpu else "cpu", memory_gbps=mem_gbps,
+        gemm={**fields.get("gemm", {}), **{k: dataclasses.asdict(v) for k, v in gemm.items()}},
         accumulate_passes=passes, shared_device_efficiency=1.0 if sharers > 1 else fields.get(
             "shared_device_efficiency", 0.85))
     if not on_gpu:
