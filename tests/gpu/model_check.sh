@@ -30,11 +30,12 @@ case_run() {  # case_run KIND NAME RANKS ARGS...
 
 calibrate() {  # calibrate KIND [transport options]
   local kind=$1; shift
-  local dtypes=float64,float32,float16; [ "$device" = cpu ] && dtypes=float64,float32
+  local dtypes=float64,float32,float16 base=(--machine h200x2)  # the broadcast figures of h200x2 start the GPU description
+  [ "$device" = cpu ] && { dtypes=float64,float32; base=(); }
   mpiexec -n 2 python3 -m hpcmm bench transport --device "$device" --sizes 1,4,16,64,256 "$@" \
     --out "$OUT/transport-$kind.h5" --overwrite >> "$log" 2>&1 || failed=$((failed + 1))
   # one rank per GPU for the GEMM sweep; the model divides a shared device itself
-  mpiexec -n 2 python3 -m hpcmm model measure --machine h200x2 --transport "$OUT/transport-$kind.h5" --dtypes "$dtypes" \
+  mpiexec -n 2 python3 -m hpcmm model measure "${base[@]}" --transport "$OUT/transport-$kind.h5" --dtypes "$dtypes" \
     --save "$OUT/machine-$kind.json" >> "$log" 2>&1 || failed=$((failed + 1))
 }
 
