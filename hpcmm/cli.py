@@ -28,7 +28,7 @@ from .errors import HpcmmError, InputError, collective
 
 __all__ = ["main", "build_parser"]
 
-SUBCOMMANDS = ("run", "info", "bench", "report")
+SUBCOMMANDS = ("run", "info", "bench", "report", "model")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,7 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("file")
     report.add_argument("--plot", metavar="PNG", help="draw the Gantt chart of the timed iterations")
     report.add_argument("--iteration", type=_int("--iteration", 0), default=None)
+    _add_model_parser(sub)
     return parser
+
+
+def _add_model_parser(sub) -> None:
+    """``model``: the cost model (hpcmm/model.py); its options are its own, not RunConfig's."""
+    from .model import add_model_parser  # noqa: PLC0415
+
+    add_model_parser(sub, _int)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -200,12 +208,16 @@ def main(argv: list[str] | None = None) -> int:
         # between ranks, and a rank that refuses them must not leave the others waiting.
         with collective(comm):
             ns = parse(argv)
-            if ns.command != "report":
+            if ns.command not in ("report", "model"):
                 config, source = config_from(ns)
         if ns.command == "report":
             from .report import report_main  # noqa: PLC0415
 
             return report_main(ns) if rank == 0 else 0
+        if ns.command == "model":
+            from .model import model_main  # noqa: PLC0415
+
+            return model_main(ns, comm)
         if ns.command == "info":
             from .info import info_main  # noqa: PLC0415
 
