@@ -273,7 +273,6 @@ def gather_balance(comm, mode: str, backend, host: str, dtype: str, tf32: bool =
     devices = tuple(comm.allgather(device_of(backend, host)))
     rates = None
     if mode == "measured":
-        rate = None
         comm.Barrier()
         with collective(comm):
             rate = gemm_rate(backend, dtype, size=size, tf32=tf32)
