@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check of hpcmm in one call, on a node with (at least) 2 GPUs.
 #
-#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers quickbench (default: what the kit holds)
+#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers quickbench shared (default: what the kit holds)
+#   (shared: tests/gpu/shared_gpu_check.sh, ranks sharing GPUs with and without MPS; only when named)
 #   CHECK_TIMEOUT (s per product run), CHECK_SIZES (MiB list for bench transport),
 #   CHECK_PYTEST_ARGS / CHECK_PYTEST_TIMEOUT (the GPU-marked tests) tune its length.
 #
@@ -134,6 +135,11 @@ run_mode() {
       source .device/env.sh system >> "$log" 2>&1 || { record quickbench setup FAIL "env.sh"; return; }
       bench n2-32768 2 "float64:32768" --no-peers
       bench n1-16384 1 "float64:16384" --no-peers
+      ;;
+    shared)
+      OUT=$OUT/shared bash tests/gpu/shared_gpu_check.sh >> "$log" 2>&1
+      local rc=$?
+      record shared "shared_gpu_check.sh" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$rc failed; table in $OUT/shared/table.txt"
       ;;
     *) record "$mode" "unknown mode" FAIL "" ;;
   esac
