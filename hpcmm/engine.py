@@ -255,9 +255,10 @@ class Engine:
             c0, c1, c2, g0, g1 = marks[s]
             rel = [be.elapsed(t0, e) for e in (c0, c1, c2, g0, g1)]
             gemm = rel[4] - rel[3]
-            # On the GPU the transfer time is what the communication stream saw,
-            # but MPI transfers block the host instead of the stream: take the larger.
-            comm = max(rel[2] - rel[0], host_comm[s]) if be.on_gpu else host_comm[s]
+            # On the GPU the transfer time is what the communication stream saw: the marks after
+            # an MPI transfer are recorded once the host comes back from it, so it is inside too
+            # (with the leader's host wait for a free relay slot, which comes before the receive).
+            comm = rel[2] - rel[0] if be.on_gpu else host_comm[s]
             gap = max(0.0, rel[3] - previous_end)
             # The panels of step s were there once the last transfer that moved one had ended.
             a_moved, b_moved = moved[s]
