@@ -56,7 +56,7 @@ def _nvmath_init(comm, device_id: int):
 def cublasmp_seconds(comm, backend, m, n, k, dtype, warmup=1, iters=3, tf32=False) -> float:
     """cuBLASMp: A row slabs × B column slabs → C row slabs (AllGather + GEMM)."""
     if not backend.on_gpu:
-        raise PeerUnavailable("cuBLASMp needs GPUs")
+        raise PeerUnavailable("not run: cuBLASMp needs CUDA devices")
     if dtype not in ("float64", "float32"):
         raise PeerUnavailable(f"not run for {dtype}")
     size = comm.Get_size()
