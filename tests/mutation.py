@@ -81,8 +81,8 @@ def _apply(scratch: Path, path: str, old: str, new: str) -> None:
     target.write_text(text.replace(old, new))
 
 
-def _run_tests(scratch: Path, tests: list[str], limit: float) -> tuple[str, float]:
-    """``("passed" | "failed" | "timed out", seconds)`` for ``tests`` in ``scratch``."""
+def _run_tests(scratch: Path, tests: list[str], limit: float) -> tuple[str, float, str]:
+    """``("passed" | "failed" | "timed out", seconds, the first failing test)`` for ``tests`` in ``scratch``."""
     env = dict(os.environ, PYTHONPATH=str(scratch), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--timeout", str(int(limit)), *tests]
     t0 = time.monotonic()
@@ -93,8 +93,10 @@ def _run_tests(scratch: Path, tests: list[str], limit: float) -> tuple[str, floa
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         proc.communicate()
-        return "timed out", time.monotonic() - t0
-    return ("passed" if proc.returncode == 0 else "failed"), time.monotonic() - t0
+        return "timed out", time.monotonic() - t0, ""
+    first = next((line.split(" - ")[0][len("FAILED "):] for line in out.decode(errors="replace").splitlines()
+                  if line.startswith(("FAILED ", "ERROR "))), "")
+    return ("passed" if proc.returncode == 0 else "failed"), time.monotonic() - t0, first
 
 
 def _imports_scratch(scratch: Path) -> bool:
@@ -117,20 +119,21 @@ def main(argv: list[str] | None = None) -> int:
         if not _imports_scratch(base):
             raise SystemExit("the scratch copy's hpcmm is not the one imported: check PYTHONPATH handling")
         all_tests = sorted({t for *_, tests in chosen.values() for t in tests})
-        status, seconds = _run_tests(base, all_tests, args.limit * 2)
-        rows.append(("baseline (no bug)", " ".join(all_tests), "ok" if status == "passed" else status, seconds))
+        status, seconds, first = _run_tests(base, all_tests, args.limit * 2)
+        rows.append(("baseline (no bug)", first or " ".join(all_tests), "ok" if status == "passed" else status,
+                     seconds))
         failed_baseline = status != "passed"
         for i, (name, (path, old, new, tests)) in enumerate(chosen.items()):
             scratch = Path(root) / f"m{i}"
             _copy(scratch)
             _apply(scratch, path, old, new)
-            status, seconds = _run_tests(scratch, tests, args.limit)
+            status, seconds, first = _run_tests(scratch, tests, args.limit)
             verdict = "survived" if status == "passed" else f"killed ({status})"
             survivors += status == "passed"
-            rows.append((name, " ".join(tests), verdict, seconds))
+            rows.append((name, first or " ".join(tests), verdict, seconds))
             shutil.rmtree(scratch, ignore_errors=True)
     width = max(len(r[0]) for r in rows)
-    print(f"{'bug':<{width}}  {'result':<20}  {'s':>6}  tests")
+    print(f"{'bug':<{width}}  {'result':<20}  {'s':>6}  first failing test (or the tests run)")
     for name, tests, verdict, seconds in rows:
         print(f"{name:<{width}}  {verdict:<20}  {seconds:>6.1f}  {tests}")
     return survivors + int(failed_baseline)
