@@ -232,14 +232,14 @@ def test_sigkill_of_the_writer_leaves_no_temporary_file(job):
 
 
 def test_sigterm_reaches_a_rank_waiting_inside_mpi(job):
-    """Rank 1 hangs in the first product (fault hook); rank 0 finishes it and waits in a barrier.
+    """Rank 1 hangs before the check (fault hook); rank 0 waits for it inside the check's reductions.
 
     A Python signal handler runs only between bytecodes, which rank 0, inside
     MPI, never reaches; hpcmm's watcher thread acts on the signal all the same.
     """
     j = job(2, ["--m", "60", "--n", "50", "--k", "40", "--iters", "2", "--warmup", "0"],
-            HPCMM_FAULT="1:multiply:hang")
-    j.wait_for_loop()  # rank 0 printed its first product and went on to the next barrier
+            HPCMM_FAULT="1:verify:hang")
+    j.wait_for("last product", lambda: "iteration 2/2" in j.stderr())  # rank 0 went on to the check
     time.sleep(0.5)
     os.kill(j.rank_pids()[0], signal.SIGTERM)
     rc, _ = j.ends()

@@ -75,10 +75,17 @@ def summa_plan(layout: Layout, panel: int, ramp: bool = False) -> list[Step]:
         b_root = layout.b_k_owner(k0)
         a_lo, a_hi = layout.a_k(a_root)
         b_lo, b_hi = layout.b_k(b_root)
+        # Each step must start inside both owners' blocks and move k on: a plan that
+        # does not cover k is a bug, and it must fail here rather than loop for ever.
+        if not (a_lo <= k0 < a_hi and b_lo <= k0 < b_hi):
+            raise ValueError(f"SUMMA plan: k={k0} is not in the A block [{a_lo}, {a_hi}) of column "
+                             f"{a_root} or the B block [{b_lo}, {b_hi}) of row {b_root} (grid {grid})")
         k1 = min(k0 + width, a_hi, b_hi)
         steps.append(Step(len(steps), k0, k1, a_root, k0 - a_lo, b_root, k0 - b_lo))
         k0 = k1
         width = min(panel, 2 * width)
+    if not steps and k > 0 or (steps and (steps[0].k0, steps[-1].k1) != (0, k)):
+        raise ValueError(f"SUMMA plan does not cover k={k}")
     return steps
 
 
