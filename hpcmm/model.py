@@ -238,6 +238,39 @@ BUILTIN: dict[str, dict] = {
         net_gbps=45.0, net_latency_us=6.0, nics_per_node=8,
         staged_gbps=20.0, staged_latency_us=40.0, staged_host_gbps=80.0,
         cuda_aware=True, shared_device_efficiency=0.85, host_step_us=25.0),
+    # Published clusters (docs/scaling.md, section 2): described to put hpcmm beside their results.
+    "daint-p100": dict(
+        name="daint-p100",
+        description="Piz Daint GPU partition (Cray XC50): one P100 16 GB per node, one Aries NIC, "
+                    "CUDA-aware Cray MPI",
+        source="P100 DGEMM 4.05 TFLOP/s = 0.9 x the 4500 GFLOP/s node peak of the COSMA README's CP2K table "
+               "(github.com/eth-cscs/COSMA docs/cp2k-results-128.pdf; 0.9 is what hpcmm's H200 curve keeps of "
+               "the H200's 67); HBM2 732 GB/s (NVIDIA P100 datasheet), 0.87 of it as on the H200; Aries NIC "
+               "behind a PCIe 3.0 x16 host link (Cray XC Series Network, WP-Aries01-1112), 10 GB/s taken; "
+               "latency 1.5 us taken",
+        device="gpu", devices_per_node=1, hosts=0, memory_gib=16.0, memory_gbps=640.0,
+        gemm={"float64": {"tflops": 4.05, "half_m": 32.0, "half_n": 32.0, "half_k": 32.0,
+                          "launch_us": 8.0, "unaligned": 0.78}},
+        intra_gbps=10.0, intra_latency_us=11.0, local_gbps=320.0,
+        net_gbps=10.0, net_latency_us=1.5, nics_per_node=1,
+        staged_gbps=6.0, staged_latency_us=40.0, staged_host_gbps=10.0,
+        cuda_aware=True, shared_device_efficiency=0.85, host_step_us=25.0),
+    "phoenix-cpu": dict(
+        name="phoenix-cpu",
+        description="Georgia Tech PACE-Phoenix CPU nodes of 24 cores, one rank per core with one BLAS "
+                    "thread, one NIC per node",
+        source="24 cores and 7 GB per core: the CA3DMM SC22 job scripts (github.com/scalable-matrix/CA3DMM "
+               "SC22_AD/job_scripts); DGEMM 70.4 GFLOP/s per core: the local DGEMM of the CA3DMM README's "
+               "one-node run at 24 ranks (2000x4000x2667 per rank in 605.6 ms); not stated in the sources "
+               "read, hence taken: 200 GB/s of memory per node shared by 24 cores, one 100 Gb/s "
+               "InfiniBand port (11 GB/s), same-node copies at half the memory rate (a copy reads and writes)",
+        device="cpu", devices_per_node=24, hosts=0, memory_gib=7.0, memory_gbps=8.2,
+        gemm={"float64": {"tflops": 0.0704, "half_m": 16.0, "half_n": 16.0, "half_k": 16.0,
+                          "launch_us": 5.0}},
+        intra_gbps=100.0, intra_latency_us=1.0, local_gbps=8.2,
+        net_gbps=11.0, net_latency_us=2.0, nics_per_node=1,
+        staged_gbps=8.2, staged_latency_us=2.0, staged_host_gbps=11.0,
+        cuda_aware=True, shared_device_efficiency=0.85, host_step_us=25.0, accumulate_passes=4.0),
 }
 
 

@@ -265,3 +265,36 @@ def test_model_command_prints_and_measures_on_cpu(tmp_path, monkeypatch, capsys)
     assert machine.device == "cpu" and machine.gemm["float64"].tflops > 0
     assert machine.intra_gbps == pytest.approx(8.0, rel=1e-6) and machine.net_gbps == pytest.approx(3.0, rel=1e-6)
     assert predict(Problem(300, 200, 100), 2, machine).seconds > 0
+
+
+# The published clusters of docs/scaling.md section 2: (machine, m, n, k, ranks, TFLOP/s in that table).
+PUBLISHED = [
+    ("daint-p100", 17408, 17408, 3473408, 128, 115.4),
+    ("daint-p100", 17408, 17408, 3473408, 1024, 341.9),
+    ("phoenix-cpu", 50000, 50000, 50000, 192, 7.14),
+    ("phoenix-cpu", 6000, 6000, 1200000, 192, 3.95),
+    ("phoenix-cpu", 1200000, 6000, 6000, 192, 6.19),
+    ("phoenix-cpu", 100000, 100000, 5000, 192, 5.41),
+    ("phoenix-cpu", 50000, 50000, 50000, 3072, 59.55),
+]
+
+
+@pytest.mark.parametrize("name", ["daint-p100", "phoenix-cpu"])
+def test_published_cluster_descriptions_load_and_name_sources(name, tmp_path):
+    machine = builtin(name)
+    assert machine.source and machine.description and "float64" in machine.gemm
+    path = tmp_path / f"{name}.json"
+    path.write_text(machine.to_json())
+    assert model.load_machine(str(path)) == machine
+
+
+@pytest.mark.parametrize("name,m,n,k,ranks,table", PUBLISHED)
+def test_published_cluster_predictions(name, m, n, k, ranks, table):
+    """Finite, positive, below the machine's GEMM peak, and what docs/scaling.md section 2 prints."""
+    machine = builtin(name)
+    p = predict(Problem(m, n, k), ranks, machine)
+    peak = ranks * machine.gemm["float64"].tflops
+    assert math.isfinite(p.seconds) and p.seconds > 0 and not p.notes
+    assert 0 < p.tflops < peak
+    assert p.seconds >= p.gemm_seconds
+    assert p.tflops == pytest.approx(table, rel=0.01)
