@@ -79,8 +79,8 @@ def one_line(text: str) -> str:
 
 def published() -> str | None:
     """The results file this process saw published, if any (for a truthful last word)."""
-    h5io = sys.modules.get("hpcmm.h5io")
-    return getattr(h5io, "PUBLISHED", None) or None
+    done = getattr(sys.modules.get("hpcmm.h5io"), "PUBLISHED", None)
+    return done[-1] if done else None
 
 
 def _write(line: str) -> None:
