@@ -32,8 +32,8 @@ __all__ = ["main", "build_parser"]
 SUBCOMMANDS = ("run", "info", "bench", "report")
 
 
-#: What argparse printed (help, version) for the answer that rank 0 gives once.
-_SHOWN: list[str] = []
+#: While :func:`_parse_or_show` parses: what argparse would print (help, version), kept for rank 0.
+_SHOWN: list[str] | None = None
 
 
 @dataclasses.dataclass
@@ -55,19 +55,24 @@ class _Exit(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse that raises :class:`InputError` (one line) instead of printing usage and exiting.
 
-    Help and version texts are kept, not printed: the ranks first agree that
-    every one of them was asked for them (an MPMD launch may give one rank
-    ``--version`` alone), then rank 0 prints them once.
+    Inside :func:`_parse_or_show`, help and version texts are kept, not
+    printed: the ranks first agree that every one of them was asked for them
+    (an MPMD launch may give one rank ``--version`` alone), then rank 0
+    prints them once.
     """
 
     def error(self, message: str):
         raise InputError(message)
 
     def _print_message(self, message: str, file=None) -> None:
-        if message:
+        if _SHOWN is None:
+            super()._print_message(message, file)
+        elif message:
             _SHOWN.append(message)
 
     def exit(self, status: int = 0, message: str | None = None):
+        if _SHOWN is None:
+            super().exit(status, message)
         if message:
             _SHOWN.append(message)
         raise _Exit(status)
@@ -153,11 +158,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def _parse_or_show(argv: list[str]) -> argparse.Namespace | _Shown:
     """:func:`parse`, or what ``--help``/``--version`` would have printed."""
-    _SHOWN.clear()
+    global _SHOWN
+    _SHOWN = []
     try:
         return parse(argv)
     except _Exit as done:
         return _Shown("".join(_SHOWN), done.status)
+    finally:
+        _SHOWN = None
 
 
 def config_from(ns: argparse.Namespace, environ=None) -> tuple[RunConfig, str]:
