@@ -22,7 +22,10 @@ collective.  :func:`launch` makes every way out of a rank end the whole job:
 Who prints a signal's line: a signal that came from the launcher (the
 parent process, forwarding it to every rank) or from the terminal (the
 kernel, to a whole process group) reached every rank, and rank 0 alone
-reports it; a signal sent to one rank from elsewhere is reported by that rank.
+reports it (the others wait, up to :data:`SILENT_RANK_WAIT` seconds, for the
+launcher to end them once rank 0 has ended, so that rank 0's line is not lost
+to the launcher's clean-up); a signal sent to one rank from elsewhere is
+reported by that rank.
 
 Example::
 
@@ -35,6 +38,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 __all__ = ["launch", "rank_from_environment", "published", "one_line"]
@@ -45,6 +49,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: Where each launcher puts the rank before MPI starts (MPICH/hydra, PMIx, Open MPI, SLURM).
 _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 
+
+#: A signal that reached every rank: how long the other ranks wait for the launcher to end them
+#: once rank 0 has spoken and ended, before they end by themselves (rank 0 may be gone already).
+SILENT_RANK_WAIT = 10.0
 
 #: Seconds a signal waits for MPI_Init to return before the rank dies of it all the same.
 MPI_START_WAIT = 10.0
@@ -103,6 +111,10 @@ def _stop(signum: int, sender: int) -> None:
             remove_pending()
         rank = _rank()
         to_everyone = sender in (0, os.getppid())
+        if to_everyone and rank not in (0, None):
+            # Rank 0 speaks for all.  The first rank to end makes the launcher kill the others,
+            # so this one waits for that to happen once rank 0 has said it and ended.
+            time.sleep(SILENT_RANK_WAIT)
         if rank in (0, None) or not to_everyone:
             name = signal.Signals(signum).name
             who = f"rank {rank}: " if rank is not None and not to_everyone else ""
