@@ -16,7 +16,6 @@ edges, ``report``, ``bench transport --sizes``.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 import shutil
 import signal
