@@ -38,8 +38,12 @@ DEFAULT_SIZE_GPU = 8192
 DEFAULT_SIZE_CPU = 1024
 
 
+#: The largest integer a setting may take: the results file stores every one as a 64-bit integer.
+INT_MAX = 2**63 - 1
+
+
 def parse_positive_int(name: str, text: object, *, minimum: int = 1) -> int:
-    """Parse ``text`` as an integer of at least ``minimum``.
+    """Parse ``text`` as an integer of at least ``minimum`` and at most :data:`INT_MAX`.
 
     Raises
     ------
@@ -57,6 +61,8 @@ def parse_positive_int(name: str, text: object, *, minimum: int = 1) -> int:
         value = int(s)
     if value < minimum:
         raise InputError(f"{name}={value}: expected an integer >= {minimum}")
+    if value > INT_MAX:
+        raise InputError(f"{name}={value}: expected an integer <= {INT_MAX} (2**63 - 1, what the results file stores)")
     return value
 
 

@@ -250,8 +250,13 @@ def test_sigterm_reaches_a_rank_waiting_inside_mpi(job):
 
 @pytest.mark.parametrize("when", ["loop", "write"])
 def test_interrupted_overwrite_keeps_the_previous_file(job, tmp_path, when):
-    previous = os.urandom(4096)
-    (tmp_path / "out.h5").write_bytes(previous)
+    import h5py
+    import numpy as np
+
+    # --overwrite replaces only an HDF5 file: the previous results of an earlier run.
+    with h5py.File(tmp_path / "out.h5", "w") as f:
+        f["x"] = np.random.default_rng(7).random(512)
+    previous = (tmp_path / "out.h5").read_bytes()
     if when == "loop":
         j = job(2, [*LOOP, "--overwrite"])
         j.wait_for_loop()
