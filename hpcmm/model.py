@@ -128,8 +128,9 @@ class Machine:
         (``mpi`` and ``staged``): 0.5 for scatter + allgather; an MPI that segments
         device buffers into small pieces gets less.
     shared_mpi_us : float
-        Extra time of an ``mpi`` broadcast whose ranks time-slice their devices with
-        other ranks (device-buffer MPI between time-sliced contexts).
+        Wait of one round of an ``mpi`` broadcast (``ceil(log2(members))`` rounds) per
+        other rank that time-slices the device of a member: each round's device copy runs
+        only in its context's turn, and the device computes nothing meanwhile.
     cuda_aware : bool
         Whether the MPI takes device buffers (``mpi``) or hpcmm stages (``staged``).
     shared_device_efficiency : float
@@ -198,7 +199,8 @@ class Machine:
         flops = (8.0 if dtype.startswith("complex") else 2.0) * m * n * w
         eff = (m / (m + c.half_m)) * (n / (n + c.half_n)) * (w / (w + c.half_k)) * c.factor(m, n, ITEMSIZE[dtype])
         with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(flops > 0, flops / (c.tflops * 1e12 * np.maximum(eff, 1e-300)), 0.0)
+            compute = np.where(flops > 0, flops / (c.tflops * 1e12 * np.maximum(eff, 1e-300)),
+                               0.0)
         passes = np.where(accumulate, self.accumulate_passes, 1.0)
         memory = passes * m * n * ITEMSIZE[dtype] / (self.memory_gbps * 1e9)
         return np.where(m * n > 0, c.launch_us * 1e-6 + compute + memory, 0.0)
@@ -209,10 +211,12 @@ def _h200_gemm() -> dict:
     # 16384, at two ranks 8192, 16384, 32768 within 4 %; odd leading dimensions at 78 % from the
     # 10007x6001x3001 and 30011x20011x16411 rows); other types scaled from the one-GPU ceilings
     # (shared/device/README.md: tf32 224.8 column-major through hpcmm, float16 1273 on two GPUs).
+    # Odd leading dimensions: float64 at 0.78 (those rows); float32 keeps its rate (12007x9001x6003 at
+    # two ranks, model check of 2026-11-29, within 5 % of the aligned curve).
     rates = {"float64": 60.0, "float32": 57.0, "tf32": 235.0, "float16": 700.0, "bfloat16": 700.0,
              "complex128": 60.0, "complex64": 57.0}
     return {t: {"tflops": r, "half_m": 32.0, "half_n": 32.0, "half_k": 32.0, "launch_us": 8.0,
-                "unaligned": 0.78} for t, r in rates.items()}
+                "unaligned": 1.0 if t == "float32" else 0.78} for t, r in rates.items()}
 
 
 #: Built-in descriptions (``--machine NAME``).  Each names where its figures come from.
@@ -220,14 +224,19 @@ BUILTIN: dict[str, dict] = {
     "h200x2": dict(
         name="h200x2",
         description="the 2 x H200 test machine (NV18 NVLink), one host; nodes only virtual",
-        source="docs/benchmarks.md (bench transport and GEMM-bound products, 2026-11-29); staged_host_gbps "
-               "and the broadcast figures fitted to the virtual-node runs there; replace by `model measure`",
+        source="GEMM curves: hpcmm's GEMM-bound products (docs/benchmarks.md, 2026-11-29). Links: bench transport "
+               "in tests/gpu/model_check.sh of 2026-11-29 (data/machines/h200x2-2026-11-29-*.json): IPC 394.6 GB/s "
+               "11 us, CUDA-aware Open MPI 5 pair 364 GB/s 26 us, staged 5.66 GB/s 84 us, one GPU's copy 2085 GB/s. "
+               "Broadcast efficiency 0.5: a binomial tree (two rounds among four). Fitted: staged_host_gbps 14 and "
+               "staged_bcast_efficiency 1.0 (virtual-node runs of docs/benchmarks.md), shared_mpi_us 67 (two "
+               "CUDA-aware runs of 8 ranks on 2 GPUs, docs/scaling.md section 1)",
         device="gpu", devices_per_node=2, hosts=1, memory_gib=139.3, memory_gbps=4170.0,
         gemm=_h200_gemm(), intra_gbps=394.6, intra_latency_us=11.0, local_gbps=2085.0,
-        # "Between nodes" here is one host's MPI: CUDA-aware UCX over NVLink, each GPU's port a "NIC".
-        net_gbps=385.2, net_latency_us=100.0, nics_per_node=2, bcast_efficiency=0.1,
-        staged_gbps=5.9, staged_latency_us=120.0, staged_host_gbps=14.0, staged_bcast_efficiency=1.0,
-        cuda_aware=False, shared_device_efficiency=0.85, shared_mpi_us=200.0, host_step_us=25.0),
+        # "Between nodes" here is one host's MPI: CUDA-aware UCX over NVLink, each GPU's port a "NIC";
+        # two ranks of one GPU exchange through a copy inside it (local_gbps).
+        net_gbps=364.4, net_latency_us=26.4, nics_per_node=2, bcast_efficiency=0.5,
+        staged_gbps=5.66, staged_latency_us=84.0, staged_host_gbps=14.0, staged_bcast_efficiency=1.0,
+        cuda_aware=False, shared_device_efficiency=0.85, shared_mpi_us=67.0, host_step_us=25.0),
     "h200x8-ndr": dict(
         name="h200x8-ndr",
         description="8 x H200 SXM per node on NVSwitch, 8 x 400 Gb/s NICs (one per GPU, GPUDirect RDMA)",
@@ -645,6 +654,12 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                 if staged:
                     arrive = np.where(ro.bcast, np.maximum(arrive, stream), arrive)
                 gbps = net_gbps(leaders)
+                if not staged and on_gpu:
+                    # A CUDA-aware MPI moves device buffers between two ranks of one device as a
+                    # copy inside that device, not through a NIC (virtual nodes on one host).
+                    one_device = (_group_max(pl.device.astype(float), ro.comm, ro.bcast)
+                                  == -_group_max(-pl.device.astype(float), ro.comm, ro.bcast))
+                    gbps = np.where(one_device, machine.local_gbps, gbps)
                 slowest = -_group_max(-gbps, ro.comm, ro.bcast)
                 lat = machine.staged_latency_us if staged else machine.net_latency_us
                 eff = machine.staged_bcast_efficiency if staged else machine.bcast_efficiency
@@ -652,9 +667,16 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                 # the panel's bytes: the root's (receivers all get the same panel)
                 size = _group_max(nbytes, ro.comm, ro.bcast)
                 end = start + _bcast_seconds(size, ro.bcast_size, slowest, lat, eff)
-                if not staged and on_gpu:
-                    crowded = _group_max((pl.sharers > 1).astype(float), ro.comm, ro.bcast) > 0
-                    end = end + np.where(crowded, machine.shared_mpi_us * 1e-6, 0.0)
+                if on_gpu and not staged:
+                    # Each round of the tree is a device copy the host waits for.  On a device
+                    # time-sliced by S ranks it runs only in its context's turn, after the other
+                    # S - 1 contexts' work; the device runs one context at a time, so the GEMMs
+                    # of the ranks in the broadcast lose that time too.
+                    others = _group_max(pl.sharers.astype(float), ro.comm, ro.bcast) - 1
+                    rounds = np.ceil(np.log2(np.maximum(ro.bcast_size, 2)))
+                    lost = rounds * others * machine.shared_mpi_us * 1e-6
+                    end = end + lost
+                    gemm[:, f] += np.where(ro.bcast, lost, 0.0)
                 # (staged: the chunks' copies overlap the transfers; staged_gbps is measured end to end)
                 new_host = np.where(ro.bcast, end, new_host)
                 done = np.maximum(end, stream) if on_gpu else end
@@ -1163,7 +1185,9 @@ def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, rank
     gemm = {}
     for t, rows in samples.items():
         curve = fit_gemm_curve(rows, t, mem_gbps / sharers, passes)
-        gemm[t] = dataclasses.replace(curve, tflops=curve.tflops * sharers)
+        # The sweep's shapes are all aligned: the penalty of odd leading dimensions stays the base's.
+        odd = base.gemm[t].unaligned if base is not None and t in base.gemm else 1.0
+        gemm[t] = dataclasses.replace(curve, tflops=curve.tflops * sharers, unaligned=odd)
     fields = dataclasses.asdict(base) if base is not None else {}
     fields.update(
         name=f"measured-{'gpu' if on_gpu else 'cpu'}",

@@ -298,3 +298,80 @@ def test_published_cluster_predictions(name, m, n, k, ranks, table):
     assert 0 < p.tflops < peak
     assert p.seconds >= p.gemm_seconds
     assert p.tflops == pytest.approx(table, rel=0.01)
+
+
+# tests/gpu/model_check.sh on the 2 x H200 machine, 2026-11-29 (docs/scaling.md section 1):
+# (MPI kind, ranks, m, n, k, type, --ranks-per-node, measured seconds).
+MEASURED = [
+    ("system", 2, 16384, 16384, 16384, "float16", None, 0.006691),
+    ("system", 2, 16384, 16384, 16384, "float64", None, 0.08609),
+    ("system", 2, 8192, 8192, 8192, "float64", None, 0.01033),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 0.1038),
+    ("system", 2, 12007, 9001, 6003, "float32", None, 0.01395),
+    ("system", 4, 8192, 8192, 8192, "float64", None, 0.01155),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 0.02844),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 0.06334),
+    ("system", 8, 16384, 16384, 16384, "float64", None, 0.09801),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 0.01794),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 0.03838),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 0.07013),
+    ("cuda-aware", 2, 16384, 16384, 16384, "float16", 1, 0.006853),
+    ("cuda-aware", 2, 16384, 16384, 16384, "float64", 1, 0.08556),
+    ("cuda-aware", 2, 8192, 8192, 8192, "float64", 1, 0.01061),
+    ("cuda-aware", 4, 8192, 8192, 8192, "float32", 1, 0.0136),
+    ("cuda-aware", 4, 8192, 8192, 8192, "float64", 2, 0.01248),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 1, 0.01721),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 2, 0.01582),
+    ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, 0.01136),
+    ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, 0.1013),
+]
+#: Staged cases with concurrent transfers the model still predicts too fast (docs/scaling.md section 1).
+STAGED_OPEN = {(4, 8192, 2), (8, 4096, 2), (8, 8192, 4)}
+
+
+def _measured_machine(kind):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "data" / "machines" / f"h200x2-2026-11-29-{kind}.json"
+    return model.load_machine(str(path))
+
+
+@pytest.mark.parametrize("kind,ranks,m,n,k,dtype,rpn,seconds", MEASURED)
+def test_measured_cases_within_15_percent(kind, ranks, m, n, k, dtype, rpn, seconds):
+    """The saved descriptions of 2026-11-29 predict each measured run within 15 %, except the
+    staged runs listed open, which must stay off until the model learns what they show."""
+    p = predict(Problem(m, n, k, dtype), ranks, _measured_machine(kind), ranks_per_node=rpn,
+                ranks_per_host=ranks, cuda_aware=kind == "cuda-aware")
+    err = abs(p.seconds / seconds - 1)
+    if kind == "system" and (ranks, m, rpn) in STAGED_OPEN:
+        assert 0.15 < err < 0.30  # the table's "after the fix" row; a change here must update it
+    else:
+        assert err <= 0.15
+
+
+def test_cuda_aware_broadcast_inside_one_device_is_a_copy():
+    """Ranks of one device broadcast by a copy inside it: the NIC's rate plays no part."""
+    machine = builtin("h200x2").replace(devices_per_node=1, nics_per_node=1)
+    prob = Problem(8192, 8192, 8192)
+    slow = predict(prob, 4, machine.replace(net_gbps=1.0), ranks_per_node=1, cuda_aware=True)
+    fast = predict(prob, 4, machine.replace(net_gbps=1000.0), ranks_per_node=1, cuda_aware=True)
+    assert slow.seconds == pytest.approx(fast.seconds, rel=1e-12)
+    assert set(slow.bytes_by_path) == {"mpi"}
+
+
+def test_cuda_aware_broadcast_on_time_sliced_devices():
+    """8 ranks on 2 GPUs at --ranks-per-node 1 (grid 4x2): per step a broadcast of two rounds down
+    each column (4 members on one GPU) and one round along each row; every round waits for the
+    3 other contexts of the device.  The host waits for it and the device's GEMMs lose it, so the
+    product grows by at least the column rounds' wait per step and at most twice all rounds'."""
+    machine = builtin("h200x2")
+    prob = Problem(8192, 8192, 8192)
+    base = predict(prob, 8, machine.replace(shared_mpi_us=0.0), ranks_per_node=1, cuda_aware=True)
+    sliced = predict(prob, 8, machine, ranks_per_node=1, cuda_aware=True)
+    per_round = 3 * machine.shared_mpi_us * 1e-6
+    grown = sliced.seconds - base.seconds
+    assert 2 * per_round * base.steps <= grown <= 2 * 3 * per_round * base.steps + 1e-9
+    # one rank per GPU: nothing to wait for
+    one = predict(prob, 2, machine, ranks_per_node=1, cuda_aware=True)
+    assert one.seconds == pytest.approx(predict(prob, 2, machine.replace(shared_mpi_us=0.0),
+                                                ranks_per_node=1, cuda_aware=True).seconds)
