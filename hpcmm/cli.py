@@ -24,6 +24,7 @@ import threading
 
 from .config import DEVICES, DTYPES, MAX_PREFETCH, TRISTATE, VERIFY_MODES, RunConfig, new_output_name
 from .config import parse_grid, parse_matrix_source, parse_positive_int, settings_from_environment
+from . import status
 from .errors import HpcmmError, InputError, collective
 
 __all__ = ["main", "build_parser"]
@@ -256,8 +257,12 @@ def _print(rank: int, text: str, err: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m hpcmm``; returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Entry point of ``python -m hpcmm``; returns the exit status (also to ``--status-file``)."""
+    return status.recorded(list(sys.argv[1:] if argv is None else argv), _main)
+
+
+def _main(argv: list[str]) -> int:
+    argv = list(argv)
     from mpi4py import MPI  # noqa: PLC0415
 
     comm = MPI.COMM_WORLD
@@ -285,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run_main(config, comm, source, argv)
     except HpcmmError as exc:
         # Raised on every rank with the same text (bad input is checked everywhere).
+        status.note(str(exc))
         sys.stderr.write(f"hpcmm: error: {exc}\n")
         sys.stderr.flush()
         return exc.exit_code
@@ -304,6 +310,7 @@ def _run_main(config: RunConfig, comm, source: str, argv: list[str]) -> int:
     from .summary import print_summary  # noqa: PLC0415
 
     rank = comm.Get_rank()
+    config = config.replace(out=comm.bcast(config.out, root=0))  # a default name: rank 0's
     progress = None if config.quiet else (lambda msg: _print(rank, f"hpcmm: {msg}", err=True))
     result = None
     try:
