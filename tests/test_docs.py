@@ -46,9 +46,11 @@ def test_ci_runs_exactly_the_readme_test_command():
     commands = [line for line in ci.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert TEST_COMMAND in commands
     assert "set -euo pipefail" in commands
-    # Nothing else that installs or tests.
+    # Nothing else that installs or tests, but the parallel HDF5 job, after the suite.
     others = [c for c in commands if c not in (TEST_COMMAND, "set -euo pipefail")]
-    assert all(re.match(r"(cd |echo |export REQUIRE_SLURM=1$)", c) for c in others), others
+    assert all(re.match(r"(cd |echo |export REQUIRE_SLURM=1$|bash \.ci/parallel-hdf5$)", c) for c in others), others
+    assert commands.index("bash .ci/parallel-hdf5") > commands.index(TEST_COMMAND)
+    assert "`.ci/parallel-hdf5`" in README
 
 
 @pytest.mark.parametrize("option", sorted(all_options()))
