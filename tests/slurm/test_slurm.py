@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -345,6 +346,7 @@ class Cluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.env = clean_environment()
         self.env["SLURM_CONF"] = str(self.conf)
+        self.first_job_id = 1000 + secrets.randbelow(60_000_000)
 
     # -- configuration --
 
@@ -396,6 +398,10 @@ class Cluster:
             "JobCompType=jobcomp/filetxt",
             f"JobCompLoc={log / 'jobcomp.txt'}",
             "MinJobAge=3600",
+            # Job ids of their own for each cluster: MPICH names its shared memory after
+            # srun's PMI job id, and an aborted rank leaves that memory behind; a job of a
+            # later cluster with the same id would attach to it and fail in MPI_Init.
+            f"FirstJobId={self.first_job_id}",
             "ReturnToService=2",
             "InactiveLimit=0",
             "KillWait=5",
