@@ -1,8 +1,13 @@
-"""``python -m hpcmm``: see :mod:`hpcmm.cli`."""
+"""``python -m hpcmm``: see :mod:`hpcmm.cli`; the process's life is :func:`hpcmm.startup.launch`.
+
+Nothing here may start a thread or MPI before ``launch`` (signals are blocked
+first, then MPI starts; see :mod:`hpcmm.startup`), and ``import hpcmm`` itself
+loads only the light modules (``hpcmm/__init__.py``).
+"""
 
 import sys
 
-from .cli import main
+from .startup import launch
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(launch())

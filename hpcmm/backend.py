@@ -1,9 +1,11 @@
 """The array side of a run: numpy on CPU, cupy on GPU.
 
 A backend owns the array module, the local GEMM, the two streams (compute and
-communication), events and timers, and pinned host buffers.  Transports and
-the engine talk to it, never to cupy directly, so the same engine code runs
-on a laptop and on a GPU node.
+communication), events and timers, pinned host buffers and, on the GPU, the
+CUDA IPC calls.  Transports and the engine talk to it, never to cupy
+directly, so the same engine code runs on a laptop and on a GPU node.
+:class:`Backend` is the contract; :class:`CpuBackend` and :class:`GpuBackend`
+implement it.
 
 On the CPU there are no streams: work is done when the call returns, events
 are host timestamps, and "waiting on an event" is free.
@@ -11,6 +13,7 @@ are host timestamps, and "waiting on an event" is free.
 
 from __future__ import annotations
 
+import abc
 import time
 from typing import Any
 
@@ -86,39 +89,147 @@ def _cgroup_memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
-class Backend:
-    """What the engine and the transports need from an array library."""
+class Backend(abc.ABC):
+    """What the engine and the transports need from an array library.
 
-    name = "abstract"
-    on_gpu = False
-    xp: Any = np
+    :class:`GpuBackend` adds the CUDA IPC calls of
+    :class:`~hpcmm.transport.ipc.IpcPeerMemory`: the transports reach CUDA only
+    through the backend.
+
+    Attributes
+    ----------
+    name : str
+        ``numpy`` or ``cupy``, as the results file records it.
+    on_gpu : bool
+    xp : module
+        The array module (numpy or cupy).
+    device_id : int
+        The GPU this rank uses (0 on the CPU: every rank of a node shares the host).
+    exported_bytes : int
+        Device bytes allocated outside the array pool for node peers to read
+        (CUDA IPC), counted in :meth:`peak_memory`; 0 on the CPU.
+    compute_stream, comm_stream : stream or None
+        Where GEMMs and transfers are queued (``None`` on the CPU: no streams).
+    """
+
+    name: str
+    on_gpu: bool
+    xp: Any
+    device_id: int
+    exported_bytes: int
+    compute_stream: Any
+    comm_stream: Any
 
     # -- memory ---------------------------------------------------------------
+    @abc.abstractmethod
     def empty(self, shape, dtype, order="C"):
-        return self.xp.empty(shape, dtype=dtype, order=order)
+        """An uninitialized array where the blocks live."""
 
     def poison(self, array) -> None:
         """Fill with NaN so that an element the run never writes shows up."""
         if array.size:
             array.fill(np.nan)
 
+    @abc.abstractmethod
     def from_host(self, array, order="C"):
-        return self.xp.asarray(np.asarray(array), order=order)
+        """A copy of a host array where the blocks live."""
+
+    @abc.abstractmethod
+    def to_host(self, array) -> np.ndarray:
+        """A host copy of ``array``."""
+
+    @abc.abstractmethod
+    def pinned_empty(self, nbytes: int) -> np.ndarray:
+        """A host byte buffer the device can copy to and from directly."""
+
+    @abc.abstractmethod
+    def memory_info(self) -> tuple[int, int]:
+        """``(free, total)`` bytes where the blocks live."""
+
+    @abc.abstractmethod
+    def peak_memory(self) -> int:
+        """The most bytes this process has held where the blocks live."""
+
+    # -- streams and events ---------------------------------------------------
+    @abc.abstractmethod
+    def event(self, stream=None):
+        """Record an event on ``stream`` (default: the compute stream)."""
+
+    @abc.abstractmethod
+    def wait(self, stream, event) -> None:
+        """Make ``stream`` wait for ``event`` (no host wait; ``None``: nothing to wait for)."""
+
+    @abc.abstractmethod
+    def event_synchronize(self, event) -> None:
+        """Block the host until ``event`` has happened (``None``: return at once)."""
+
+    @abc.abstractmethod
+    def elapsed(self, start, stop) -> float:
+        """Seconds between two events."""
+
+    @abc.abstractmethod
+    def synchronize(self) -> None:
+        """Wait for all work of this rank's device."""
+
+    @abc.abstractmethod
+    def stream_synchronize(self, stream) -> None:
+        """Wait for the work queued on ``stream``."""
+
+    # -- the local product ----------------------------------------------------
+    @abc.abstractmethod
+    def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
+        """``c = a @ b`` or ``c += a @ b``; ``a`` column-major, ``b`` and ``c`` row-major."""
+
+    @abc.abstractmethod
+    def copy(self, dst, src, stream=None) -> None:
+        """Copy ``src`` into ``dst`` (same size, host or device) on ``stream``."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, str]:
+        """What the results file records about this backend (``backend``, GPU name, ...)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release what the backend holds (streams, pools, scratch buffers)."""
+
+
+class CpuBackend(Backend):
+    """numpy on the host; BLAS does the GEMM.
+
+    There are no streams: work is done when the call returns, events are host
+    timestamps, and "waiting on an event" is free.
+    """
+
+    name = "numpy"
+    on_gpu = False
+    xp = np
+
+    def __init__(self) -> None:
+        self.device_id = 0
+        self.exported_bytes = 0
+        self.compute_stream = self.comm_stream = None
+        self._scratch: dict[tuple, np.ndarray] = {}
+
+    # -- memory ---------------------------------------------------------------
+    def empty(self, shape, dtype, order="C"):
+        return np.empty(shape, dtype=dtype, order=order)
+
+    def from_host(self, array, order="C"):
+        return np.asarray(np.asarray(array), order=order)
 
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)
 
     def pinned_empty(self, nbytes: int) -> np.ndarray:
-        """A host byte buffer the device can copy to and from directly."""
         return np.empty(nbytes, dtype=np.uint8)
 
     def memory_info(self) -> tuple[int, int]:
-        """``(free, total)`` bytes where the blocks live.
+        """``(free, total)`` bytes of the host.
 
-        On the host, what the kernel can hand out without swapping
-        (``MemAvailable``: free memory alone leaves out the page cache it drops
-        on demand), no more than the memory limit of this process's cgroup (a
-        batch job's share of the node, beyond which the job is killed).
+        Free is what the kernel can hand out without swapping (``MemAvailable``:
+        free memory alone leaves out the page cache it drops on demand), no more
+        than the memory limit of this process's cgroup (a batch job's share of
+        the node, beyond which the job is killed).
         """
         import os  # noqa: PLC0415
 
@@ -140,53 +251,26 @@ class Backend:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     # -- streams and events ---------------------------------------------------
-    compute_stream: Any = None
-    comm_stream: Any = None
-
-    def event(self, stream=None, interprocess: bool = False):
-        """Record an event on ``stream``; on the CPU, the current time."""
+    def event(self, stream=None):
+        """The current time: on the host, work is done when its call returns."""
         return time.perf_counter()
 
     def wait(self, stream, event) -> None:
-        """Make ``stream`` wait for ``event`` (no host wait)."""
+        pass
 
     def event_synchronize(self, event) -> None:
-        """Block the host until ``event`` has happened."""
+        pass
 
     def elapsed(self, start, stop) -> float:
-        """Seconds between two events."""
         return float(stop - start)
 
     def synchronize(self) -> None:
-        """Wait for all work of this rank's device."""
+        pass
 
     def stream_synchronize(self, stream) -> None:
-        """Wait for the work queued on ``stream``."""
+        pass
 
     # -- the local product ----------------------------------------------------
-    def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
-        """``c = a @ b`` or ``c += a @ b``."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement gemm")
-
-    def copy(self, dst, src, stream=None) -> None:
-        """Copy ``src`` into ``dst`` (same size) on ``stream``."""
-        dst[...] = src
-
-    def describe(self) -> dict[str, str]:
-        return {"backend": self.name}
-
-    def close(self) -> None:
-        """Release what the backend holds (streams, pools)."""
-
-
-class CpuBackend(Backend):
-    """numpy on the host; BLAS does the GEMM."""
-
-    name = "numpy"
-
-    def __init__(self) -> None:
-        self._scratch: dict[tuple, np.ndarray] = {}
-
     def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
         if c.size == 0:
             return
@@ -200,17 +284,27 @@ class CpuBackend(Backend):
         np.matmul(a, b, out=tmp)
         c += tmp
 
+    def copy(self, dst, src, stream=None) -> None:
+        dst[...] = src
+
+    def describe(self) -> dict[str, str]:
+        return {"backend": self.name}
+
     def close(self) -> None:
         self._scratch.clear()
 
 
-# cuBLAS enumerations (cublas_api.h, library_types.h); cupy re-exports some of
-# them under different modules across versions, so the values are spelled here.
-_CUDA_TYPE = {"float16": 2, "float32": 0, "float64": 1, "complex64": 4, "complex128": 5}
-_COMPUTE = {"float16": 68, "float32": 68, "float64": 70, "complex64": 68, "complex128": 70}
-_COMPUTE_32F_FAST_TF32 = 77
-_GEMM_DEFAULT = -1
-_OP_N, _OP_T = 0, 1
+# CUDA and cuBLAS enumerations (driver_types.h, cublas_api.h, library_types.h);
+# cupy re-exports some of them under different modules across versions, so the
+# values are spelled here.
+_MEMCPY_DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
+_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the driver tells host from device by the address
+_CUDA_TYPE = {"float16": 2, "float32": 0, "float64": 1, "complex64": 4, "complex128": 5}  # cudaDataType
+_COMPUTE_32F, _COMPUTE_64F, _COMPUTE_32F_FAST_TF32 = 68, 70, 77  # cublasComputeType_t
+_COMPUTE = {"float16": _COMPUTE_32F, "float32": _COMPUTE_32F, "float64": _COMPUTE_64F,
+            "complex64": _COMPUTE_32F, "complex128": _COMPUTE_64F}
+_GEMM_DEFAULT = -1  # CUBLAS_GEMM_DEFAULT
+_OP_N, _OP_T = 0, 1  # CUBLAS_OP_N, CUBLAS_OP_T
 
 
 class GpuBackend(Backend):
@@ -226,6 +320,7 @@ class GpuBackend(Backend):
         self.cupy = cupy
         self.xp = cupy
         self.device_id = device_id
+        self.exported_bytes = 0
         self.device = cupy.cuda.Device(device_id)
         self.device.use()
         # Non-blocking streams: neither waits for the legacy default stream.
@@ -263,10 +358,10 @@ class GpuBackend(Backend):
         # cupy's pool keeps what it allocated: its total is the high-water mark
         # of this process's device memory, plus what lives outside the pool.
         pool = self.cupy.get_default_memory_pool()
-        return int(pool.total_bytes()) + getattr(self, "extra_device_bytes", 0)
+        return int(pool.total_bytes()) + self.exported_bytes
 
-    def event(self, stream=None, interprocess: bool = False):
-        ev = self.cupy.cuda.Event(disable_timing=interprocess, interprocess=interprocess)
+    def event(self, stream=None):
+        ev = self.cupy.cuda.Event()
         ev.record(stream if stream is not None else self.compute_stream)
         return ev
 
@@ -294,13 +389,12 @@ class GpuBackend(Backend):
         stream = stream if stream is not None else self.comm_stream
         src_ptr = src.data.ptr if hasattr(src, "data") and hasattr(src.data, "ptr") else src.ctypes.data
         dst_ptr = dst.data.ptr if hasattr(dst, "data") and hasattr(dst.data, "ptr") else dst.ctypes.data
-        # cudaMemcpyDefault: the driver tells host from device by the address.
-        self.cupy.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, 4, stream.ptr)
+        self.cupy.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, _MEMCPY_DEFAULT, stream.ptr)
 
     def _scalar_pair(self, dtype: str, accumulate: bool, tf32: bool):
         key = (dtype, accumulate)
         if key not in self._scalars:
-            scale = np.float64 if _COMPUTE[dtype] == 70 else np.float32
+            scale = np.float64 if _COMPUTE[dtype] == _COMPUTE_64F else np.float32
             if dtype.startswith("complex"):
                 scale = np.complex128 if dtype == "complex128" else np.complex64
             self._scalars[key] = (np.ones(1, scale), np.full(1, 1 if accumulate else 0, scale))
@@ -348,6 +442,81 @@ class GpuBackend(Backend):
 
     def close(self) -> None:
         self.synchronize()
+
+    # -- CUDA IPC (transport.ipc.IpcPeerMemory) ---------------------------------
+    def allocate_exported(self, nbytes: int):
+        """A byte array in a device allocation of its own, and the IPC handle that names it.
+
+        The allocation is made outside cupy's memory pool: an IPC handle names a
+        whole allocation, and the pool hands out parts of larger ones.  Its
+        bytes count in :attr:`exported_bytes` until :meth:`release_exported`.
+
+        Returns
+        -------
+        array : cupy.ndarray
+            ``nbytes`` bytes (``uint8``); at least one byte is allocated.
+        handle : bytes
+            What a node peer passes to :meth:`open_exported`.
+        """
+        cupy = self.cupy
+        with self.device:
+            memory = cupy.cuda.memory.Memory(max(nbytes, 1))
+            array = cupy.ndarray((nbytes,), dtype=np.uint8, memptr=cupy.cuda.MemoryPointer(memory, 0))
+        handle = bytes(cupy.cuda.runtime.ipcGetMemHandle(memory.ptr))
+        self.exported_bytes += memory.size
+        return array, handle
+
+    def release_exported(self, array) -> None:
+        """Stop counting ``array``'s allocation; it is freed with the last reference to it."""
+        self.exported_bytes -= array.data.mem.size
+
+    def _on_device(self, call: str, *args):
+        """``cupy.cuda.runtime.<call>(*args)`` with this rank's GPU current."""
+        with self.device:
+            return getattr(self.cupy.cuda.runtime, call)(*args)
+
+    def open_exported(self, handle: bytes) -> int:
+        """Map a node peer's exported allocation here; returns its device address."""
+        # Lazy peer access: the driver enables NVLink/P2P for peers on other GPUs.
+        return self._on_device("ipcOpenMemHandle", handle)
+
+    def close_exported(self, address: int) -> None:
+        """Unmap what :meth:`open_exported` mapped."""
+        self._on_device("ipcCloseMemHandle", address)
+
+    def copy_from_address(self, dst, address: int, nbytes: int, stream) -> None:
+        """Copy ``nbytes`` at device ``address`` (a mapped peer allocation) into ``dst`` on ``stream``."""
+        self.cupy.cuda.runtime.memcpyAsync(dst.data.ptr, address, nbytes, _MEMCPY_DEVICE_TO_DEVICE, stream.ptr)
+
+    def exported_events(self, count: int, stream):
+        """``count`` interprocess events, each recorded once on ``stream``, and their IPC handles.
+
+        A peer may wait on an event before its owner records it for a step: a
+        recorded event is safe to wait on, a never-recorded one is not.
+        """
+        cupy = self.cupy
+        with self.device:
+            events = [cupy.cuda.Event(disable_timing=True, interprocess=True) for _ in range(count)]
+            for ev in events:
+                ev.record(stream)
+            stream.synchronize()
+        return events, [bytes(cupy.cuda.runtime.ipcGetEventHandle(ev.ptr)) for ev in events]
+
+    def open_peer_event(self, handle: bytes) -> int:
+        """Open a node peer's exported event; returns its raw ``cudaEvent_t``."""
+        return self._on_device("ipcOpenEventHandle", handle)
+
+    def close_peer_event(self, event: int) -> None:
+        """Destroy what :meth:`open_peer_event` opened."""
+        self._on_device("eventDestroy", event)
+
+    def wait_peer_event(self, stream, event: int) -> None:
+        """Make ``stream`` wait for an opened peer event (no host wait)."""
+        self.cupy.cuda.runtime.streamWaitEvent(stream.ptr, event, 0)
+
+    def synchronize_peer_event(self, event: int) -> None:
+        """Block the host until an opened peer event has happened."""
+        self.cupy.cuda.runtime.eventSynchronize(event)
 
 
 def make_backend(device: str, local_rank: int, local_size: int) -> Backend:

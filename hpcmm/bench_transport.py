@@ -33,9 +33,40 @@ from .transport import decide
 from .transport.ipc import IpcPeerMemory, ShmPeerMemory
 from .transport.mpi import DirectBroadcast, StagedBroadcast
 
-__all__ = ["transport_main", "DEFAULT_SIZES_MIB"]
+__all__ = ["transport_main", "parse_sizes", "DEFAULT_SIZES_MIB"]
 
 DEFAULT_SIZES_MIB = (1, 4, 16, 64, 256, 1024)
+#: Largest size --sizes takes (MiB): 1 TiB, far beyond any device, small enough for every integer type.
+MAX_SIZE_MIB = 1 << 20
+#: Buffers of the largest size one rank holds at once (exported or sent, received, staged, spare).
+BUFFERS = 4
+
+
+def parse_sizes(text: str | None) -> list[int]:
+    """``--sizes`` (MiB, comma separated) as bytes.
+
+    Raises
+    ------
+    InputError
+        Naming the value: not an integer, below 1 MiB, above :data:`MAX_SIZE_MIB`.
+
+    Examples
+    --------
+    >>> parse_sizes("1,16")
+    [1048576, 16777216]
+    """
+    if text is None:
+        return [s << 20 for s in DEFAULT_SIZES_MIB]
+    sizes = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item.lstrip("+-").isdigit():
+            raise InputError(f"--sizes={text!r}: {item!r} is not a whole number of MiB (e.g. 1,16,256)")
+        value = int(item)
+        if not 1 <= value <= MAX_SIZE_MIB:
+            raise InputError(f"--sizes={text!r}: {value} MiB is outside 1 … {MAX_SIZE_MIB} MiB")
+        sizes.append(value << 20)
+    return sizes
 
 
 def _median_seconds(backend, fn, reps: int, comm: MPI.Comm) -> float:
@@ -111,10 +142,7 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
     size = comm.Get_size()
     if size < 2:
         raise InputError("bench transport needs at least 2 ranks (mpiexec -n 2 ...)")
-    try:
-        sizes = [int(s) << 20 for s in (ns.sizes.split(",") if ns.sizes else DEFAULT_SIZES_MIB)]
-    except ValueError:
-        raise InputError(f"--sizes={ns.sizes!r}: expected MiB as integers, e.g. 1,16,256") from None
+    sizes = parse_sizes(ns.sizes)
     out = config.out if config.out != RunConfig.out else "hpcmm-transport.h5"
     with collective(comm):
         if comm.Get_rank() == 0:
@@ -125,6 +153,7 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
     try:
         with collective(topo.comm):
             backend = make_backend(config.device, topo.local_rank, topo.local_size)
+            _check_memory(backend, topo, ns.sizes, max(sizes))
         aware = decide(config.cuda_aware_mpi, option_source=source)
         rank = topo.rank
         if rank == 0:
@@ -144,7 +173,19 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
         rows = [r for part in gathered for r in part]
         _print(rows)
         h5io.write_table_file(out, config.overwrite, "bench-transport", "transport", rows, versions())
+        print(f"figures: {out}")
     return 0
+
+
+def _check_memory(backend, topo, text, largest: int) -> None:
+    """Refuse sizes whose buffers cannot fit, before any is allocated."""
+    free, _ = backend.memory_info()
+    sharing = topo.local_size  # ranks of a node share its host memory (and may share a GPU)
+    need = BUFFERS * largest * sharing
+    if need > free:
+        where = "device" if backend.on_gpu else "host"
+        raise InputError(f"--sizes={text!r}: {largest >> 20} MiB needs {need / 2**30:.1f} GiB of {where} "
+                         f"memory ({BUFFERS} buffers x {sharing} rank(s)), {free / 2**30:.1f} GiB available")
 
 
 def _pair(backend, pair: MPI.Comm, peer: int, sizes, same_node: bool, aware: bool) -> list[dict]:

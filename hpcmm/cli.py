@@ -9,34 +9,74 @@ Examples::
     python -m hpcmm report run.h5 --plot timeline.png
 
 Exit status: 0 success, 1 verification failed (or an unexpected error),
-2 bad input.  Only rank 0 prints, except errors: a bad input is reported by
-every rank, with the same one line.  An unexpected exception on one rank
-aborts the whole job (``MPI.Abort``) so that no rank is left waiting.
+2 bad input, the same on every rank.  Only rank 0 prints; an error is printed
+once, as one line, by the lowest rank that has it (:func:`settle`).  An
+unexpected exception on one rank aborts the whole job (``MPI_Abort``, see
+:mod:`hpcmm.startup`) so that no rank is left waiting.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
+import dataclasses
 import sys
-import threading
+import time
 
 from .config import DEVICES, DTYPES, MAX_PREFETCH, TRISTATE, VERIFY_MODES, RunConfig, new_output_name
 from .config import parse_grid, parse_matrix_source, parse_positive_int, settings_from_environment
-from . import status
+from . import status as status_file
 from .errors import HpcmmError, InputError, collective
+from .startup import one_line
 
 __all__ = ["main", "build_parser"]
 
-SUBCOMMANDS = ("run", "info", "bench", "report")
+SUBCOMMANDS = ("run", "info", "bench", "report", "model")
+
+
+#: While :func:`_parse_or_show` parses: what argparse would print (help, version), kept for rank 0.
+_SHOWN: list[str] | None = None
+
+
+@dataclasses.dataclass
+class _Shown:
+    """``--help`` or ``--version`` was asked for: the text to print, and the exit status."""
+
+    text: str
+    status: int
+
+
+class _Exit(Exception):
+    """argparse is done (help or version shown): leave the parse."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises :class:`InputError` (one line) instead of printing usage and exiting."""
+    """argparse that raises :class:`InputError` (one line) instead of printing usage and exiting.
+
+    Inside :func:`_parse_or_show`, help and version texts are kept, not
+    printed: the ranks first agree that every one of them was asked for them
+    (an MPMD launch may give one rank ``--version`` alone), then rank 0
+    prints them once.
+    """
 
     def error(self, message: str):
         raise InputError(message)
+
+    def _print_message(self, message: str, file=None) -> None:
+        if _SHOWN is None:
+            super()._print_message(message, file)
+        elif message:
+            _SHOWN.append(message)
+
+    def exit(self, status: int = 0, message: str | None = None):
+        if _SHOWN is None:
+            super().exit(status, message)
+        if message:
+            _SHOWN.append(message)
+        raise _Exit(status)
 
 
 def _argtype(parse):
@@ -141,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"hpcmm {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, title="subcommands",
-                                metavar="{run,info,bench,report}")
+                                metavar="{" + ",".join(SUBCOMMANDS) + "}")
     run = sub.add_parser("run", help="multiply, verify, write the HDF5 file, print a summary (the default)",
                          description="Multiply, verify, write the HDF5 file, print a summary.")
     _add_run_options(run)
@@ -168,7 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--iteration", type=_int("--iteration", 0), default=None, metavar="I",
                         help="which timed product --plot draws, counted from 0 (default: the last)")
     _add_common(report)
+    _add_model_parser(sub)
+    _add_common(sub.choices["model"])
     return parser
+
+
+def _add_model_parser(sub) -> None:
+    """``model``: the cost model (hpcmm/model.py); its options are its own, not RunConfig's."""
+    from .model import add_model_parser  # noqa: PLC0415
+
+    add_model_parser(sub, _int)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -177,6 +226,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if first not in SUBCOMMANDS and not any(a in ("-h", "--help", "--version") for a in argv[:1]):
         argv = ["run", *argv]
     return build_parser().parse_args(argv)
+
+
+def _parse_or_show(argv: list[str]) -> argparse.Namespace | _Shown:
+    """:func:`parse`, or what ``--help``/``--version`` would have printed."""
+    global _SHOWN
+    _SHOWN = []
+    try:
+        return parse(argv)
+    except _Exit as done:
+        return _Shown("".join(_SHOWN), done.status)
+    finally:
+        _SHOWN = None
 
 
 def config_from(ns: argparse.Namespace, environ=None) -> tuple[RunConfig, str]:
@@ -197,58 +258,6 @@ def config_from(ns: argparse.Namespace, environ=None) -> tuple[RunConfig, str]:
     return RunConfig(**values), source
 
 
-_STOPPING = threading.Lock()
-_WATCHER: list[threading.Thread] = []
-
-
-def _stop(signum: int) -> None:
-    """Remove partial files and end the process (whichever thread sees the signal first)."""
-    from .h5io import remove_pending  # noqa: PLC0415
-
-    _STOPPING.acquire()  # a second caller waits here until the first one has ended the process
-    remove_pending()
-    name = signal.Signals(signum).name
-    sys.stderr.write(f"hpcmm: stopped by {name}; no results written\n")
-    sys.stderr.flush()
-    os._exit(128 + signum)
-
-
-def _install_signal_handlers() -> None:
-    """SIGTERM/SIGINT (a batch system's time limit, Ctrl-C): remove partial files and leave.
-
-    No collective work is attempted: the other ranks get the same signal or are
-    ended by the launcher.  Exported device memory is released by the driver
-    when the process ends.
-
-    Python runs a signal handler in the main thread between two bytecodes, so a
-    rank waiting inside MPI (or a BLAS call) would never get to it.  The signal
-    number is therefore also written to a wakeup pipe, and a watcher thread
-    (MPI and BLAS calls release the GIL) acts on it at once.
-    """
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: _stop(signum))
-    if _WATCHER:
-        return
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    if previous != -1:
-        # Someone else (an event loop) owns the wakeup fd: leave it to them.
-        signal.set_wakeup_fd(previous)
-        os.close(read_fd)
-        os.close(write_fd)
-        return
-
-    def watch() -> None:
-        while True:
-            for signum in os.read(read_fd, 64):
-                if signum in (signal.SIGTERM, signal.SIGINT):
-                    _stop(signum)
-
-    _WATCHER.append(threading.Thread(target=watch, name="hpcmm-signals", daemon=True))
-    _WATCHER[0].start()
-
-
 def _print(rank: int, text: str, err: bool = False) -> None:
     if rank == 0:
         stream = sys.stderr if err else sys.stdout
@@ -256,53 +265,111 @@ def _print(rank: int, text: str, err: bool = False) -> None:
         stream.flush()
 
 
+#: Seconds a rank with an error waits for the others at the end before it aborts the job.
+SETTLE_WAIT = 5.0
+
+
+def settle(comm, status: int, line: str | None, wait: float = SETTLE_WAIT) -> int | None:
+    """Collective at the end of a command: one exit status for every rank, one error line.
+
+    Every rank brings its status and, if it failed, its line.  The lowest rank
+    that failed prints its line (once for the whole job, ``(raised by rank R)``
+    added where R is not 0 and the line does not say it), and every rank returns
+    that rank's status.  A rank without an error waits for the others as long
+    as they take; a rank with one waits ``wait`` seconds, then returns ``None``
+    (the others are stuck: the caller must abort).  ``comm`` must be used for
+    nothing else, so that this cannot match another collective.
+    """
+    request = comm.Ibarrier()
+    deadline = None if line is None else time.monotonic() + wait
+    while not request.Test():
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        time.sleep(0.001)
+    outcomes = comm.allgather((status, line))
+    failed = [(rank, code, text) for rank, (code, text) in enumerate(outcomes) if code]
+    if not failed:
+        return 0
+    rank, code, text = failed[0]
+    if comm.Get_rank() == rank and text:
+        if rank > 0 and "(raised by rank" not in text:
+            text = f"{text} (raised by rank {rank})"
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m hpcmm``; returns the exit status (also to ``--status-file``)."""
-    return status.recorded(list(sys.argv[1:] if argv is None else argv), _main)
+    """Entry point of ``python -m hpcmm``; returns the exit status, the same on every rank.
+
+    Run it through :func:`hpcmm.startup.launch` (``python -m hpcmm`` does), which
+    handles signals and turns whatever leaves this function into ``MPI_Abort``.
+    With ``--status-file`` rank 0 also records how it ended (:mod:`hpcmm.status`).
+    """
+    return status_file.recorded(list(sys.argv[1:] if argv is None else argv), _main)
 
 
 def _main(argv: list[str]) -> int:
-    argv = list(argv)
     from mpi4py import MPI  # noqa: PLC0415
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    _install_signal_handlers()
+    ending = comm.Dup()  # for settle() alone
+    status, line = 0, None
     try:
-        # Collective: HPCMM_* values (and, in an MPMD launch, the arguments) may differ
-        # between ranks, and a rank that refuses them must not leave the others waiting.
-        with collective(comm):
-            ns = parse(argv)
-            if ns.command != "report":
-                config, source = config_from(ns)
-        if ns.command == "report":
-            from .report import report_main  # noqa: PLC0415
-
-            return report_main(ns) if rank == 0 else 0
-        if ns.command == "info":
-            from .info import info_main  # noqa: PLC0415
-
-            return info_main(config, comm, source)
-        if ns.command == "bench":
-            from .bench import bench_main  # noqa: PLC0415
-
-            return bench_main(ns, config, comm, source)
-        return _run_main(config, comm, source, argv)
+        status = _command(argv, comm)
     except HpcmmError as exc:
-        # Raised on every rank with the same text (bad input is checked everywhere).
-        status.note(str(exc))
-        sys.stderr.write(f"hpcmm: error: {exc}\n")
+        # Usually raised on every rank with the same text; settle() prints it once.
+        status, line = exc.exit_code, f"hpcmm: error: {one_line(exc)}"
+        status_file.note(one_line(exc))
+    agreed = settle(ending, status, line)
+    if agreed is None:
+        # This rank failed alone and the others wait for it inside a collective.
+        sys.stderr.write(f"hpcmm: rank {rank}: {line.removeprefix('hpcmm: ')}; aborting all ranks\n")
         sys.stderr.flush()
-        return exc.exit_code
-    except Exception as exc:  # noqa: BLE001 - a bug or a failure on this rank only
-        import traceback  # noqa: PLC0415
+        comm.Abort(status)
+    ending.Free()
+    return agreed
 
-        traceback.print_exc()
-        sys.stderr.write(f"hpcmm: rank {rank}: {type(exc).__name__}: {exc}; aborting all ranks\n")
-        sys.stderr.flush()
-        if comm.Get_size() > 1:
-            comm.Abort(1)
-        return 1
+
+def _command(argv: list[str], comm) -> int:
+    """Parse (collectively) and run one subcommand; its exit status on this rank."""
+    rank = comm.Get_rank()
+    # Collective: HPCMM_* values (and, in an MPMD launch, the arguments) may differ
+    # between ranks, and a rank that refuses them must not leave the others waiting.
+    with collective(comm):
+        ns = _parse_or_show(argv)
+        if not isinstance(ns, _Shown) and ns.command not in ("report", "model"):
+            config, source = config_from(ns)
+    shown = comm.allgather(ns.status if isinstance(ns, _Shown) else None)
+    if any(s is not None for s in shown):
+        # --help or --version: the same answer everywhere, or an MPMD launch that mixes them.
+        asked = [r for r, s in enumerate(shown) if s is not None]
+        if len(asked) < len(shown):
+            others = [r for r, s in enumerate(shown) if s is None]
+            raise InputError(f"rank {asked[0]} was given --help or --version and rank {others[0]} was "
+                             f"not: every rank must get the same command")
+        if rank == 0:
+            sys.stdout.write(ns.text)
+            sys.stdout.flush()
+        return max(shown)
+    if ns.command == "report":
+        from .report import report_main  # noqa: PLC0415
+
+        return report_main(ns) if rank == 0 else 0
+    if ns.command == "model":
+        from .model import model_main  # noqa: PLC0415
+
+        return model_main(ns, comm)
+    if ns.command == "info":
+        from .info import info_main  # noqa: PLC0415
+
+        return info_main(config, comm, source)
+    if ns.command == "bench":
+        from .bench import bench_main  # noqa: PLC0415
+
+        return bench_main(ns, config, comm, source)
+    return _run_main(config, comm, source, argv)
 
 
 def _run_main(config: RunConfig, comm, source: str, argv: list[str]) -> int:
@@ -311,6 +378,13 @@ def _run_main(config: RunConfig, comm, source: str, argv: list[str]) -> int:
 
     rank = comm.Get_rank()
     config = config.replace(out=comm.bcast(config.out, root=0))  # a default name: rank 0's
+    with collective(comm):
+        if rank == 0:
+            # Also done by run(), which does not know that --out must never name an input.
+            from .h5io import check_output_path  # noqa: PLC0415
+
+            inputs = [(flag, source[0]) for flag, source in (("--a", config.a), ("--b", config.b)) if source]
+            check_output_path(config.out, config.overwrite, inputs)
     progress = None if config.quiet else (lambda msg: _print(rank, f"hpcmm: {msg}", err=True))
     result = None
     try:

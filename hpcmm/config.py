@@ -44,8 +44,12 @@ MAX_PREFETCH = 8
 OUTPUT_PATTERN = "hpcmm-results-%Y%m%d-%H%M%S"
 
 
+#: The largest integer a setting may take: the results file stores every one as a 64-bit integer.
+INT_MAX = 2**63 - 1
+
+
 def parse_positive_int(name: str, text: object, *, minimum: int = 1, maximum: int | None = None) -> int:
-    """Parse ``text`` as an integer of at least ``minimum`` (and at most ``maximum``).
+    """Parse ``text`` as an integer of at least ``minimum`` and at most ``maximum`` (:data:`INT_MAX`).
 
     Raises
     ------
@@ -64,6 +68,8 @@ def parse_positive_int(name: str, text: object, *, minimum: int = 1, maximum: in
         value = int(s)
     if value < minimum or (maximum is not None and value > maximum):
         raise InputError(f"{name}={value}: expected an integer {wanted}")
+    if value > INT_MAX:
+        raise InputError(f"{name}={value}: expected an integer <= {INT_MAX} (2**63 - 1, what the results file stores)")
     return value
 
 

@@ -16,16 +16,22 @@ events.  With ``prefetch = 0`` a step fetches then multiplies (no overlap).
 On the CPU the same code runs with synchronous copies and no streams.
 
 Timing, per step: the GEMM (events around it on the compute stream), the
-transfers (events around them on the communication stream), and the wait:
-the gap on the compute stream between the previous GEMM's end and this one's
-start, i.e. communication the overlap did not hide.
+transfers (events around them on the communication stream), and the gap on
+the compute stream between the previous GEMM's end (the product's start for
+step 0) and this one's start, split in two: ``wait``, the part before the
+step's panels were there (communication the overlap did not hide), and
+``host``, the rest (the host was late to launch the GEMM: Python, MPI calls,
+launches).  A product's window opens before anything of step 0 is queued and
+closes after its last GEMM; :attr:`IterationTimes.start` is the host time
+(``perf_counter``) at which it opened, so that the run can place every rank's
+window on one clock (:mod:`hpcmm.clock`).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import time
+from time import perf_counter
 
 import numpy as np
 
@@ -46,8 +52,10 @@ class IterationTimes:
     """One product's timings on this rank (seconds)."""
 
     seconds: float
-    steps: np.ndarray  # (nsteps, 3): gemm, comm, wait
+    steps: np.ndarray  # (nsteps, 3): gemm, comm, wait (for data)
     timeline: np.ndarray | None  # (events, 5): stream, kind, step, start, end
+    start: float = 0.0  # perf_counter when the window opened (this rank's clock)
+    host: np.ndarray | None = None  # (nsteps,): compute-stream gap with the panels there
 
 
 def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: int) -> int:
@@ -183,6 +191,9 @@ class Engine:
         gemm_done = [None] * self.ring
         fetched: dict[int, tuple] = {}
         marks: dict[int, list] = {}
+        moved: dict[int, tuple[bool, bool]] = {}
+        # The stream is idle (the last product synchronized): t0 happens when it is recorded.
+        start = perf_counter()
         t0 = be.event(cs)
         be.wait(ms, t0)  # the communication stream starts with the iteration
         host_comm = np.zeros(nsteps)
@@ -190,7 +201,7 @@ class Engine:
         def fetch(s: int) -> None:
             step = self.plan[s]
             w, slot = step.width, s % self.ring
-            h0 = time.perf_counter()
+            h0 = perf_counter()
             # Wait for the slot before the first mark, so that the transfer's bar in the
             # timeline is the transfer, not the GEMM it waited for.
             be.wait(ms, gemm_done[slot])
@@ -204,9 +215,10 @@ class Engine:
             b = self.col.fetch(step.b_root, step.b_offset * self.n_loc * isz, w * self.n_loc * isz,
                                s, gemm_done[slot])
             c2 = be.event(ms)
-            host_comm[s] = time.perf_counter() - h0
+            host_comm[s] = perf_counter() - h0
             fetched[s] = (a, b)
             marks[s] = [c0, c1, c2]
+            moved[s] = (a.ready is not None, b.ready is not None)
             if record:
                 for t in (a, b):
                     if t.nbytes:
@@ -230,29 +242,35 @@ class Engine:
                 fetch(s + self.prefetch)
         t1 = be.event(cs)
         be.synchronize()
-        return self._times(t0, t1, marks, host_comm)
+        return self._times(t0, t1, marks, moved, host_comm, start)
 
-    def _times(self, t0, t1, marks, host_comm) -> IterationTimes:
+    def _times(self, t0, t1, marks, moved, host_comm, start) -> IterationTimes:
         be = self.backend
         nsteps = len(self.plan)
         steps = np.zeros((nsteps, len(PHASES)))
+        host = np.zeros(nsteps)
         rows = []
         previous_end = 0.0
         for s in range(nsteps):
             c0, c1, c2, g0, g1 = marks[s]
             rel = [be.elapsed(t0, e) for e in (c0, c1, c2, g0, g1)]
             gemm = rel[4] - rel[3]
-            # On the GPU the transfer time is what the communication stream saw,
-            # but MPI transfers block the host instead of the stream: take the larger.
-            comm = max(rel[2] - rel[0], host_comm[s] if be.on_gpu else 0.0)
-            if not be.on_gpu:
-                comm = host_comm[s]
-            steps[s] = (gemm, comm, max(0.0, rel[3] - previous_end))
+            # On the GPU the transfer time is what the communication stream saw: the marks after
+            # an MPI transfer are recorded once the host comes back from it, so it is inside too
+            # (with the leader's host wait for a free relay slot, which comes before the receive).
+            comm = rel[2] - rel[0] if be.on_gpu else host_comm[s]
+            gap = max(0.0, rel[3] - previous_end)
+            # The panels of step s were there once the last transfer that moved one had ended.
+            a_moved, b_moved = moved[s]
+            ready = rel[2] if b_moved else (rel[1] if a_moved else None)
+            data = 0.0 if ready is None else min(gap, max(0.0, ready - previous_end))
+            steps[s] = (gemm, comm, data)
+            host[s] = gap - data
             previous_end = rel[4]
             if self.record_timeline:
                 rows += [(1, 1, s, rel[0], rel[1]), (1, 2, s, rel[1], rel[2]), (0, 0, s, rel[3], rel[4])]
         timeline = np.array(rows, dtype=np.float64).reshape(-1, 5) if self.record_timeline else None
-        return IterationTimes(be.elapsed(t0, t1), steps, timeline)
+        return IterationTimes(be.elapsed(t0, t1), steps, timeline, start, host)
 
     # -- tear-down ------------------------------------------------------------
     def close(self) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 __all__ = [
     "HpcmmError",
     "InputError",
+    "OutputError",
     "VerificationError",
     "agree",
     "collective",
@@ -33,6 +34,12 @@ class InputError(HpcmmError, ValueError):
     exit_code = 2
 
 
+class OutputError(HpcmmError):
+    """The results file could not be written (a full disk, a failing file system): exit status 1."""
+
+    exit_code = 1
+
+
 class VerificationError(HpcmmError):
     """The product failed its check (exit status 1)."""
 
@@ -46,7 +53,7 @@ def _describe(exc: BaseException) -> tuple[str, str, int]:
     return "HpcmmError", f"{type(exc).__name__}: {exc}", 1
 
 
-_KINDS = {cls.__name__: cls for cls in (HpcmmError, InputError, VerificationError)}
+_KINDS = {cls.__name__: cls for cls in (HpcmmError, InputError, OutputError, VerificationError)}
 
 
 def agree(comm, exc: BaseException | None) -> None:

@@ -7,12 +7,22 @@ otherwise one rank after another); rank 0 flushes the file to disk and only
 then renames it to the final name (``rename`` within one directory is atomic).
 Without ``--overwrite`` the final step is ``link``, which fails rather than
 replace a file that appeared meanwhile.  The schema is in docs/hdf5-schema.md.
+
+A full disk must reach hpcmm as an error, never inside HDF5: a write that
+fails inside the HDF5 library leaves it unable to close the file (HDF5 2.0
+ends the process in a segmentation fault there).  The disk space the file
+will take (an upper bound) is therefore reserved with ``posix_fallocate``
+before HDF5 writes a byte (:func:`_reserve`); a full disk is then a plain
+``ENOSPC`` there, reported as :class:`~hpcmm.errors.OutputError` (exit 1) with
+one line, and the temporary file is removed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -20,31 +30,143 @@ import sys
 import h5py
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, OutputError
 
-__all__ = ["PENDING", "check_output_path", "temporary_path", "remove_temporary", "remove_pending", "guard_temporary",
+__all__ = ["PENDING", "PUBLISHED", "check_output_path", "temporary_path", "remove_temporary", "remove_pending", "guard_temporary",
            "release_guard", "write_results", "write_table_file", "publish", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = "1"
 
 
-def check_output_path(path: str, overwrite: bool) -> None:
-    """Refuse an output path we cannot or must not write (before any heavy work)."""
+def check_output_path(path: str, overwrite: bool, inputs=()) -> None:
+    """Refuse an output path we cannot or must not write (before any heavy work).
+
+    Parameters
+    ----------
+    path : str
+        ``--out``.
+    overwrite : bool
+        ``--overwrite``: an existing HDF5 file may be replaced, nothing else.
+    inputs : iterable of (flag, path)
+        Input files (``("--a", "a.h5")``): ``--out`` must not be one of them,
+        however spelled (relative, ``..``, a symbolic link, a hard link).
+
+    Raises
+    ------
+    InputError
+        Naming ``--out`` and what is wrong.
+    """
     directory = os.path.dirname(os.path.abspath(path))
+    if os.path.islink(path) and not os.path.exists(path):
+        raise InputError(f"--out={path}: a symbolic link to {os.readlink(path)}, which does not exist")
     if not os.path.isdir(directory):
         raise InputError(f"--out={path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise InputError(f"--out={path}: directory {directory} is not writable")
     if os.path.isdir(path):
         raise InputError(f"--out={path}: is a directory")
-    if os.path.exists(path) and not overwrite:
-        raise InputError(f"--out={path}: file exists (pass --overwrite to replace it)")
+    for flag, source in inputs:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(path, source):
+                raise InputError(f"--out={path} is the input file {flag}={source}: "
+                                 f"hpcmm never replaces its inputs")
+    if os.path.exists(path):
+        if not overwrite:
+            raise InputError(f"--out={path}: file exists (pass --overwrite to replace it)")
+        if not os.path.isfile(path):
+            raise InputError(f"--out={path}: not a regular file; --overwrite replaces HDF5 files only")
+        if not h5py.is_hdf5(path):
+            raise InputError(f"--out={path}: not an HDF5 file; --overwrite replaces HDF5 files only")
     # Permission bits do not tell the whole story (root, read-only mounts, ACLs,
     # file systems that take no new files): try what the run will do at the end.
     try:
         remove_temporary(temporary_path(path))
     except OSError as exc:
         raise InputError(f"--out={path}: directory {directory} is not writable ({exc.strerror})") from None
+
+
+#: The results file this process published (rank 0), for the signal handler's last word.
+PUBLISHED: list[str] = []
+
+
+def _final_name(tmp: str) -> str:
+    """``--out`` of a temporary file of :func:`temporary_path`."""
+    directory, base = os.path.split(tmp)
+    match = re.fullmatch(r"\.(.*)\.[0-9a-f]{12}\.partial", base)
+    return os.path.join(directory, match.group(1)) if match else tmp
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong, on one line (HDF5's messages span several)."""
+    code = getattr(exc, "errno", None)
+    if isinstance(code, int) and code > 0:
+        return os.strerror(code)
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def _writing(tmp: str):
+    """Turn a failure to write the results file into one :class:`OutputError` line."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise OutputError(f"--out={_final_name(tmp)}: cannot write the results file: {_reason(exc)}") from exc
+
+
+def _empty_image() -> bytes:
+    """The bytes of an empty HDF5 file (made in memory: no disk involved)."""
+    f = h5py.File("hpcmm-empty-image", "w", driver="core", backing_store=False)
+    try:
+        f.flush()
+        return f.id.get_file_image()
+    finally:
+        f.close()
+
+
+def _reserve(tmp: str, nbytes: int) -> None:
+    """Make ``tmp`` an empty HDF5 file with ``nbytes`` of disk reserved behind it.
+
+    HDF5 later takes its space from there (a file longer than HDF5's own end
+    is valid; HDF5 cuts it to size when it closes the file).  Raises
+    ``OSError`` (``ENOSPC``) when the disk cannot hold it.  Where the file
+    system cannot reserve (no ``fallocate``), the file is written as usual.
+    """
+    image = _empty_image()
+    fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, image)
+        try:
+            os.posix_fallocate(fd, 0, len(image) + int(nbytes))
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+#: Bytes beyond the data that the results file may take (HDF5's metadata, attributes, heaps).
+RESERVE_OVERHEAD = 128 << 10
+
+
+def results_size(meta: dict) -> int:
+    """An upper bound of the bytes :func:`write_results` (and ``/result/C``) put on disk."""
+    total = RESERVE_OVERHEAD
+    arrays = [meta.get("iteration_seconds"), meta.get("step_seconds"), meta.get("timeline")]
+    for _, datasets in meta.get("extra", {}).values():
+        arrays += [d for d in datasets.values() if not isinstance(d, list)]
+    total += sum(np.asarray(a).nbytes for a in arrays if a is not None)
+    tables = [meta.get(k) or [] for k in ("topology", "steps", "transfers", "memory")]
+    tables += [d for _, ds in meta.get("extra", {}).values() for d in ds.values() if isinstance(d, list)]
+    # A field takes at most 8 bytes, a string its text plus a global-heap entry (about 32 bytes).
+    total += sum(len(row) * 40 + sum(len(str(v)) for v in row.values()) for rows in tables for row in rows)
+    groups = [meta.get(k) or {} for k in ("root", "config", "versions", "summary", "timeline_attrs")]
+    total += sum(256 + len(str(v)) for attrs in groups for v in attrs.values())
+    if meta.get("c_shape") is not None:
+        total += int(np.prod(meta["c_shape"])) * np.dtype(meta["c_dtype"]).itemsize
+    return total + total // 16  # chunk indexes, gzip's worst case on incompressible data
 
 
 #: Temporary files this process is writing; the CLI's signal handlers remove them.
@@ -181,8 +303,20 @@ def write_results(tmp: str, meta: dict) -> None:
     ``step_seconds`` (ranks × iters × steps × 3), ``timeline`` (events × 7 or None),
     ``transfers`` (rows), ``memory`` (rows), ``summary`` (attrs),
     ``c_shape``/``c_dtype`` (or None when C is not saved), ``extra`` (name → (attrs, {dataset: array})).
+
+    Raises
+    ------
+    OutputError
+        The disk cannot hold the file (found before HDF5 writes), or the file
+        system failed a write.
     """
-    with h5py.File(tmp, "w") as f:
+    with _writing(tmp):
+        _reserve(tmp, results_size(meta))
+        _write_results(tmp, meta)
+
+
+def _write_results(tmp: str, meta: dict) -> None:
+    with h5py.File(tmp, "r+") as f:
         _attrs(f, {"schema_version": SCHEMA_VERSION, **meta["root"]})
         _attrs(f.create_group("config"), meta["config"])
         _attrs(f.create_group("versions"), meta["versions"])
@@ -237,7 +371,7 @@ def write_c_block(comm, tmp: str, block: np.ndarray, rows, cols) -> None:
     error = None
     try:
         if block.size:
-            with h5py.File(tmp, "r+") as f:
+            with _writing(tmp), h5py.File(tmp, "r+") as f:
                 f["result/C"][r0:r1, c0:c1] = block
     except Exception as exc:  # noqa: BLE001 - pass the token on, then fail together
         error = exc
@@ -249,7 +383,7 @@ def write_c_block(comm, tmp: str, block: np.ndarray, rows, cols) -> None:
 
 def publish(tmp: str, path: str, overwrite: bool) -> None:
     """Rank 0: make the complete temporary file appear under ``path``."""
-    with open(tmp, "rb+") as fh:
+    with _writing(tmp), open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
     if overwrite:
         os.replace(tmp, path)
@@ -261,6 +395,7 @@ def publish(tmp: str, path: str, overwrite: bool) -> None:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+    PUBLISHED[:] = [path]
     with contextlib.suppress(OSError):
         dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
         os.fsync(dfd)
@@ -274,12 +409,14 @@ def write_table_file(out: str, overwrite: bool, kind: str, name: str, rows: list
 
     tmp = temporary_path(out, guarded=True)
     try:
-        with h5py.File(tmp, "w") as f:
-            _attrs(f, {"schema_version": SCHEMA_VERSION, "kind": kind,
-                       "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                       "command": " ".join(["python -m hpcmm", *sys.argv[1:]])})
-            _attrs(f.create_group("versions"), vers)
-            _table(f, name, rows)
+        with _writing(tmp):
+            _reserve(tmp, results_size({"versions": vers, "extra": {name: ({}, {name: rows})}}))
+            with h5py.File(tmp, "r+") as f:
+                _attrs(f, {"schema_version": SCHEMA_VERSION, "kind": kind,
+                           "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                           "command": " ".join(["python -m hpcmm", *sys.argv[1:]])})
+                _attrs(f.create_group("versions"), vers)
+                _table(f, name, rows)
         publish(tmp, out, overwrite)
     finally:
         remove_temporary(tmp)

@@ -97,15 +97,63 @@ class MatrixSource:
         return f"{self.path}:{self.dataset}" if self.dataset else self.path
 
     def read(self, rows, cols) -> np.ndarray:
-        """Read the block ``[rows, cols]`` (this rank's only)."""
-        (r0, r1), (c0, c1) = rows, cols
-        if self.dataset is None:
-            array = np.load(self.path, mmap_mode="r")
-            return np.array(array[r0:r1, c0:c1])
-        import h5py  # noqa: PLC0415
+        """Read the block ``[rows, cols]`` (this rank's only).
 
-        with h5py.File(self.path, "r") as f:
-            return f[self.dataset][r0:r1, c0:c1]
+        Raises
+        ------
+        InputError
+            The file cannot give the block (truncated, corrupt, a filter that
+            is not installed, a failed checksum): the operand, the file and why.
+        """
+        (r0, r1), (c0, c1) = rows, cols
+        try:
+            if self.dataset is None:
+                return _read_npy_block(self.path, rows, cols)
+            import h5py  # noqa: PLC0415
+
+            with h5py.File(self.path, "r") as f:
+                return f[self.dataset][r0:r1, c0:c1]
+        except Exception as exc:  # noqa: BLE001 - whatever the library says, the file is bad input
+            raise InputError(f"{self.flag}={self.label}: cannot read rows {r0}:{r1}, columns {c0}:{c1} "
+                             f"({_reason(exc)})") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """A library's message on one line (HDF5's span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _npy_header(fh) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """``(shape, fortran_order, dtype, data offset)`` of an open .npy file."""
+    fmt = np.lib.format
+    version = fmt.read_magic(fh)
+    read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    shape, fortran, dtype = read_header(fh)
+    return shape, fortran, dtype, fh.tell()
+
+
+def _read_npy_block(path: str, rows, cols) -> np.ndarray:
+    """The block of a 2-D .npy file, read with ``pread`` (no memory map).
+
+    A memory-mapped file that shrinks while it is read ends the process with
+    SIGBUS; a short read is an error we can report.
+    """
+    (r0, r1), (c0, c1) = rows, cols
+    with open(path, "rb") as fh:
+        shape, fortran, dtype, offset = _npy_header(fh)
+        m, n = shape
+        # Lines of the file: rows (C order) or columns (Fortran order); we need a span of each.
+        (l0, l1), (s0, s1), length = ((c0, c1), (r0, r1), m) if fortran else ((r0, r1), (c0, c1), n)
+        out = np.empty((l1 - l0, s1 - s0), dtype=dtype)
+        want = (s1 - s0) * dtype.itemsize
+        fd = fh.fileno()
+        for i, line in enumerate(range(l0, l1)):
+            data = os.pread(fd, want, offset + (line * length + s0) * dtype.itemsize)
+            if len(data) != want:
+                raise OSError(f"truncated: {os.fstat(fd).st_size} bytes, the data of shape {tuple(shape)} "
+                              f"needs {offset + m * n * dtype.itemsize}")
+            out[i] = np.frombuffer(data, dtype=dtype)
+    return np.ascontiguousarray(out.T) if fortran else out
 
 
 def open_source(flag: str, path: str, dataset: str | None) -> MatrixSource:
@@ -120,21 +168,22 @@ def open_source(flag: str, path: str, dataset: str | None) -> MatrixSource:
     label = f"{flag}={path}" + (f":{dataset}" if dataset else "")
     if not os.path.isfile(path):
         raise InputError(f"{label}: no such file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{label}: not readable (permission denied)")
     if dataset is None:
         try:
-            array = np.load(path, mmap_mode="r")
+            with open(path, "rb") as fh:
+                shape, _, dtype, offset = _npy_header(fh)
+                size = os.fstat(fh.fileno()).st_size
         except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
             raise InputError(f"{label}: not a NumPy .npy file ({type(exc).__name__})") from exc
-        shape, dtype = array.shape, array.dtype
+        if dtype.hasobject:
+            raise InputError(f"{label}: holds Python objects, not numbers")
+        need = offset + int(np.prod(shape)) * dtype.itemsize
+        if size < need:
+            raise InputError(f"{label}: truncated ({size} bytes, the data of shape {tuple(shape)} needs {need})")
     else:
-        import h5py  # noqa: PLC0415
-
-        if not h5py.is_hdf5(path):
-            raise InputError(f"{label}: not an HDF5 file")
-        with h5py.File(path, "r") as f:
-            if dataset not in f or not isinstance(f[dataset], h5py.Dataset):
-                raise InputError(f"{label}: no dataset '{dataset}' in {path}")
-            shape, dtype = f[dataset].shape, f[dataset].dtype
+        shape, dtype = _inspect_hdf5(label, path, dataset)
     if len(shape) != 2:
         raise InputError(f"{label}: expected a 2-D matrix, found shape {tuple(shape)}")
     if 0 in shape:
@@ -142,6 +191,40 @@ def open_source(flag: str, path: str, dataset: str | None) -> MatrixSource:
     if dtype.kind not in _SUPPORTED_KINDS + "iu":
         raise InputError(f"{label}: unsupported element type {dtype} (expected float, complex or int)")
     return MatrixSource(flag, path, dataset, (int(shape[0]), int(shape[1])), str(dtype))
+
+
+def _inspect_hdf5(label: str, path: str, dataset: str):
+    """Shape and type of ``path:dataset``, or why the file cannot give them."""
+    import h5py  # noqa: PLC0415
+
+    try:
+        if not h5py.is_hdf5(path):
+            raise InputError(f"{label}: not an HDF5 file")
+        with h5py.File(path, "r") as f:
+            if f.get(dataset, getlink=True) is None:
+                raise InputError(f"{label}: no dataset '{dataset}' in {path}")
+            try:
+                node = f[dataset]
+            except KeyError:
+                raise InputError(f"{label}: '{dataset}' is a link that leads nowhere") from None
+            if not isinstance(node, h5py.Dataset):
+                raise InputError(f"{label}: no dataset '{dataset}' in {path}")
+            if node.shape is None:
+                raise InputError(f"{label}: the dataset has an empty dataspace (no shape)")
+            missing = [fid for fid in _filters(node) if not h5py.h5z.filter_avail(fid)]
+            if missing:
+                raise InputError(f"{label}: compressed with HDF5 filter(s) {missing}, not installed here")
+            return node.shape, node.dtype
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged or locked file is bad input
+        raise InputError(f"{label}: cannot open it as HDF5 ({_reason(exc)})") from exc
+
+
+def _filters(node) -> list[int]:
+    """The HDF5 filter ids of a dataset's pipeline."""
+    plist = node.id.get_create_plist()
+    return [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
 
 
 def check_pair(a: MatrixSource, b: MatrixSource) -> tuple[int, int, int]:

@@ -2,9 +2,11 @@
 
 Only public APIs: NVIDIA cuBLASMp through nvmath-python
 (``nvmath.distributed.linalg.advanced.Matmul``, planned once, then executed)
-and Heat's ``ht.matmul``.  Each function returns seconds per product (median)
-or raises :class:`PeerUnavailable` with the reason, which the benchmark prints
-as a note.
+and Heat's ``ht.matmul``.  Each function returns seconds per product (median
+over ``iters`` timed products after ``warmup`` untimed ones, as hpcmm's own;
+the slowest rank's) or raises :class:`PeerUnavailable` with the reason, which
+the benchmark prints as a note (``not installed`` where the peer does not
+import).  Their data are drawn as hpcmm draws its own: uniform in [-1, 1).
 """
 
 from __future__ import annotations
@@ -24,6 +26,18 @@ class PeerUnavailable(Exception):
 _NVMATH_READY = False
 
 
+def _unavailable(package: str, exc: Exception) -> PeerUnavailable:
+    """The note for a peer that does not import: ``not installed``, or why it fails to import."""
+    if isinstance(exc, ModuleNotFoundError):
+        return PeerUnavailable(f"{package} not installed")
+    return PeerUnavailable(f"{package} does not import ({type(exc).__name__}: {exc})")
+
+
+def _median_of_slowest(comm, times: list[float]) -> float:
+    # The slowest rank sets the pace.
+    return float(comm.allreduce(float(np.median(times)), op=MPI.MAX))
+
+
 def _nvmath_init(comm, device_id: int):
     global _NVMATH_READY
     try:
@@ -31,7 +45,7 @@ def _nvmath_init(comm, device_id: int):
         from nvmath.distributed.distribution import Slab  # noqa: PLC0415
         from nvmath.distributed.linalg.advanced import Matmul  # noqa: PLC0415
     except Exception as exc:  # noqa: BLE001 - any import failure means "not here"
-        raise PeerUnavailable(f"nvmath-python does not import ({type(exc).__name__}: {exc})") from None
+        raise _unavailable("nvmath-python", exc) from None
     if not _NVMATH_READY:
         # cuBLASMp needs both NVSHMEM (workspace) and NCCL (communication).
         nvmath.distributed.initialize(device_id, comm, backends=["nvshmem", "nccl"])
@@ -39,10 +53,10 @@ def _nvmath_init(comm, device_id: int):
     return Slab, Matmul
 
 
-def cublasmp_seconds(comm, backend, m, n, k, dtype, iters=5, tf32=False) -> float:
+def cublasmp_seconds(comm, backend, m, n, k, dtype, warmup=1, iters=3, tf32=False) -> float:
     """cuBLASMp: A row slabs × B column slabs → C row slabs (AllGather + GEMM)."""
     if not backend.on_gpu:
-        raise PeerUnavailable("cuBLASMp needs GPUs")
+        raise PeerUnavailable("not run: cuBLASMp needs CUDA devices")
     if dtype not in ("float64", "float32"):
         raise PeerUnavailable(f"not run for {dtype}")
     size = comm.Get_size()
@@ -56,8 +70,8 @@ def cublasmp_seconds(comm, backend, m, n, k, dtype, iters=5, tf32=False) -> floa
     rank = comm.Get_rank()
     with backend.device:
         rng = cp.random.default_rng(rank + 1)
-        a = cp.asfortranarray(rng.random(Slab.X.shape(rank, (m, k)), dtype=np.float64).astype(dtype))
-        b = cp.asfortranarray(rng.random(Slab.Y.shape(rank, (k, n)), dtype=np.float64).astype(dtype))
+        a = cp.asfortranarray((rng.random(Slab.X.shape(rank, (m, k)), dtype=np.float64) * 2 - 1).astype(dtype))
+        b = cp.asfortranarray((rng.random(Slab.Y.shape(rank, (k, n)), dtype=np.float64) * 2 - 1).astype(dtype))
         options = None
         if tf32:
             from nvmath.distributed.linalg.advanced import MatmulComputeType, MatmulOptions  # noqa: PLC0415
@@ -67,37 +81,36 @@ def cublasmp_seconds(comm, backend, m, n, k, dtype, iters=5, tf32=False) -> floa
         times = []
         with Matmul(a, b, distributions=[Slab.X, Slab.Y, Slab.X], options=options, stream=stream) as mm:
             mm.plan()
-            for i in range(iters + 1):
+            for i in range(warmup + iters):
                 comm.Barrier()
                 start, stop = cp.cuda.Event(), cp.cuda.Event()
                 start.record(stream)
                 mm.execute(stream=stream)
                 stop.record(stream)
                 stop.synchronize()
-                if i:
+                if i >= warmup:
                     times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
         del a, b
-    # The slowest rank sets the pace.
-    return float(comm.allreduce(float(np.median(times)), op=MPI.MAX))
+    return _median_of_slowest(comm, times)
 
 
-def heat_seconds(comm, backend, m, n, k, dtype, iters=2) -> float:
+def heat_seconds(comm, backend, m, n, k, dtype, warmup=1, iters=3) -> float:
     """Heat: ``ht.matmul`` of two row-split DNDarrays on the same devices."""
     try:
         import heat as ht  # noqa: PLC0415
         import torch  # noqa: PLC0415
     except Exception as exc:  # noqa: BLE001
-        raise PeerUnavailable(f"heat does not import ({type(exc).__name__}: {exc})") from None
+        raise _unavailable("heat", exc) from None
     if dtype not in ("float64", "float32"):
         raise PeerUnavailable(f"not run for {dtype}")
     device = "gpu" if backend.on_gpu else "cpu"
     if backend.on_gpu:
         torch.cuda.set_device(backend.device_id)
     ht_dtype = ht.float64 if dtype == "float64" else ht.float32
-    a = ht.random.rand(m, k, dtype=ht_dtype, split=0, device=device)
-    b = ht.random.rand(k, n, dtype=ht_dtype, split=0, device=device)
+    a = ht.random.rand(m, k, dtype=ht_dtype, split=0, device=device) * 2 - 1
+    b = ht.random.rand(k, n, dtype=ht_dtype, split=0, device=device) * 2 - 1
     times = []
-    for i in range(iters + 1):
+    for i in range(warmup + iters):
         comm.Barrier()
         if backend.on_gpu:
             torch.cuda.synchronize()
@@ -107,8 +120,7 @@ def heat_seconds(comm, backend, m, n, k, dtype, iters=2) -> float:
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - t0
         del c
-        if i:
+        if i >= warmup:
             times.append(elapsed)
     del a, b
-    # The slowest rank sets the pace.
-    return float(comm.allreduce(float(np.median(times)), op=MPI.MAX))
+    return _median_of_slowest(comm, times)

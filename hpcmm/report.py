@@ -26,38 +26,73 @@ def _decode(v):
     return v
 
 
+def _need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401, PLC0415
+    except ImportError:
+        raise InputError("report --plot needs matplotlib: pip install 'hpcmm[plot]'") from None
+
+
 def report_main(ns) -> int:
+    """``report FILE``: print what the file holds; exit status 0, or :class:`InputError` (2).
+
+    Any file may be given: a truncated, corrupt or foreign one is bad input
+    (one line naming the file and what is wrong), never a traceback.
+    """
     import h5py  # noqa: PLC0415
 
-    if not os.path.isfile(ns.file) or not h5py.is_hdf5(ns.file):
-        raise InputError(f"report {ns.file}: not an HDF5 file")
-    with h5py.File(ns.file, "r") as f:
-        kind = _decode(f.attrs.get("kind", "run"))
-        if kind != "run" and "summary" not in f:
-            for name in ("bench", "transport"):
-                if name in f:
-                    rows = f[name][:]
-                    cols = rows.dtype.names
-                    print("  ".join(cols))
-                    for r in rows:
-                        print("  ".join(str(_decode(r[c])) for c in cols))
-            return 0
-        if "summary" not in f:
-            raise InputError(f"report {ns.file}: no /summary group (not an hpcmm results file)")
-        summary = {k: _decode(v) for k, v in f["summary"].attrs.items()}
-        cfg = {k: _decode(v) for k, v in f["config"].attrs.items()}
-        print(f"{ns.file}: m={cfg.get('m')} n={cfg.get('n')} k={cfg.get('k')} {cfg.get('dtype')} "
-              f"grid {cfg.get('grid')} backend {cfg.get('backend')} ({f.attrs.get('ranks')} ranks)")
-        print_summary(summary, None)
+    if ns.plot:
+        _need_matplotlib()  # before the file is read: the fix is an install, not another file
+    if not os.path.isfile(ns.file):
+        raise InputError(f"report {ns.file}: no such file")
+    try:
+        if not h5py.is_hdf5(ns.file):
+            raise InputError(f"report {ns.file}: not an HDF5 file")
+        with h5py.File(ns.file, "r") as f:
+            return _report(f, ns)
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError, IndexError, RuntimeError) as exc:
+        # h5py reports damage (truncation, bad checksums, missing filters) as these.
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise InputError(f"report {ns.file}: cannot read it as an hpcmm file ({reason})") from exc
+
+
+def _report(f, ns) -> int:
+    kind = _decode(f.attrs.get("kind", "run"))
+    if kind != "run" and "summary" not in f:
+        tables = [name for name in ("bench", "transport") if name in f]
+        if not tables:
+            raise InputError(f"report {ns.file}: a '{kind}' file without a bench or transport table")
         if ns.plot:
-            if "timeline" not in f:
-                raise InputError(f"report {ns.file}: no /timeline (the run used --no-timeline)")
-            events = f["timeline/events"][:]
-            plot_timeline(events, ns.plot, iteration=ns.iteration,
-                          title=f"{cfg.get('m')}x{cfg.get('n')}x{cfg.get('k')} {cfg.get('dtype')}, "
-                                f"grid {cfg.get('grid')}, {cfg.get('backend')}, paths "
-                                f"{', '.join(summary.get('paths', [])) or '-'}")
-            print(f"timeline: {ns.plot}")
+            raise InputError(f"report {ns.file} --plot: a '{kind}' file has no timeline (only run files do)")
+        for name in tables:
+            rows = f[name][:]
+            cols = rows.dtype.names
+            if cols is None:
+                raise InputError(f"report {ns.file}: /{name} is not a table")
+            print("  ".join(cols))
+            for r in rows:
+                print("  ".join(str(_decode(r[c])) for c in cols))
+        return 0
+    if "summary" not in f or "config" not in f:
+        raise InputError(f"report {ns.file}: no /summary and /config (not an hpcmm results file)")
+    summary = {k: _decode(v) for k, v in f["summary"].attrs.items()}
+    cfg = {k: _decode(v) for k, v in f["config"].attrs.items()}
+    print(f"{ns.file}: m={cfg.get('m')} n={cfg.get('n')} k={cfg.get('k')} {cfg.get('dtype')} "
+          f"grid {cfg.get('grid')} backend {cfg.get('backend')} ({f.attrs.get('ranks')} ranks)")
+    print_summary(summary, None)
+    if ns.plot:
+        if "timeline" not in f or "events" not in f["timeline"]:
+            raise InputError(f"report {ns.file}: no /timeline (the run used --no-timeline)")
+        events = f["timeline/events"][:]
+        if events.ndim != 2 or events.shape[1] != 7:
+            raise InputError(f"report {ns.file}: /timeline/events has shape {events.shape}, expected (N, 7)")
+        plot_timeline(events, ns.plot, iteration=ns.iteration,
+                      title=f"{cfg.get('m')}x{cfg.get('n')}x{cfg.get('k')} {cfg.get('dtype')}, "
+                            f"grid {cfg.get('grid')}, {cfg.get('backend')}, paths "
+                            f"{', '.join(summary.get('paths', [])) or '-'}")
+        print(f"timeline: {ns.plot}")
     return 0
 
 

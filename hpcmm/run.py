@@ -18,12 +18,14 @@ from mpi4py import MPI
 
 from . import h5io
 from .backend import make_backend
+from .clock import SharedClock, product_window
 from .config import RunConfig, parse_fault
 from .engine import PHASES, Engine, memory_needed
 from .errors import HpcmmError, InputError, VerificationError, agree, collective
 from .inputs import MatrixSource, check_pair, generate_block, open_source
 from .layout import Layout
 from .metadata import topology_row, versions
+from .summary import summary_figures
 from .threads import attributes as blas_attributes
 from .threads import limit_blas_threads
 from .topology import Topology
@@ -62,10 +64,6 @@ class RunResult:
     path: str | None
     topology: list[dict]
     awareness_reason: str
-
-
-def _flops(m: int, n: int, k: int, dtype: str) -> float:
-    return (8.0 if dtype.startswith("complex") else 2.0) * m * n * k
 
 
 def _inspect_inputs(comm, config: RunConfig) -> tuple[MatrixSource, MatrixSource] | None:
@@ -119,38 +117,6 @@ def _nonfinite_report(comm, layout, rank, blocks, sources) -> str | None:
     labels = {"A": "A", "B": "B"} if sources is None else {s.flag[-1].upper(): f"{s.flag}={s.label}" for s in sources}
     parts = [f"{labels[n]}: {c} non-finite value(s), first at ({p[0]}, {p[1]})" for n, (c, p) in sorted(totals.items())]
     return "; ".join(parts)
-
-
-def _summary(config, layout, grid_size, iteration_seconds, step_seconds, check, paths, gpus) -> dict:
-    """Figures for the terminal and ``/summary`` (from all ranks' timings)."""
-    per_iter = iteration_seconds.max(axis=0)  # an iteration ends when its slowest rank ends
-    median = float(np.median(per_iter))
-    flops = _flops(layout.m, layout.n, layout.k, config.dtype)
-    busy = step_seconds[..., 0].sum(axis=2)  # ranks × iters: GEMM seconds
-    exposed = step_seconds[..., 2].sum(axis=2)
-    busy_med = np.median(busy, axis=1)
-    imbalance = float(busy_med.max() / busy_med.mean() - 1.0) if busy_med.mean() > 0 else 0.0
-    exposed_fraction = float(np.median(exposed.max(axis=0)) / median) if median > 0 else 0.0
-    return {
-        "seconds": median,
-        "seconds_min": float(per_iter.min()),
-        "seconds_max": float(per_iter.max()),
-        "flops": flops,
-        "tflops": flops / median / 1e12 if median > 0 else 0.0,
-        "tflops_per_rank": flops / median / 1e12 / grid_size if median > 0 else 0.0,
-        "tflops_per_gpu": flops / median / 1e12 / gpus if median > 0 and gpus else 0.0,
-        "gpus": gpus,
-        "load_imbalance": imbalance,
-        "gemm_seconds_max": float(busy_med.max()),
-        "exposed_comm_seconds": float(np.median(exposed.max(axis=0))),
-        "exposed_comm_fraction": exposed_fraction,
-        "residual": check.residual if check else float("nan"),
-        "tolerance": check.tolerance if check else float("nan"),
-        "verified": bool(check.passed) if check else False,
-        "verify": check.method if check else "none",
-        "paths": sorted(paths),
-        "ranks": grid_size,
-    }
 
 
 def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: str = "--cuda-aware-mpi",
@@ -215,7 +181,8 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
             verify = "none"
         engine.load(*blocks)
         del blocks
-        times = []
+        clock = SharedClock(topo.comm)
+        times, windows = [], []
         for i in range(config.warmup + config.iters):
             topo.comm.Barrier()
             if i == 0:
@@ -223,10 +190,14 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
             timed = i >= config.warmup
             engine.bytes_by_pair.clear()
             t = engine.multiply(record=True)
+            # A product lasts from the first rank's start to the last rank's end (one clock).
+            t.start = clock.to_shared(t.start)
+            first, last = product_window(topo.comm, t.start, t.seconds)
             if timed:
                 times.append(t)
+                windows.append((first, last))
             say(f"{'iteration' if timed else 'warm-up'} {i + 1 - (config.warmup if timed else 0)}/"
-                f"{config.iters if timed else config.warmup}: {t.seconds:.4f} s")
+                f"{config.iters if timed else config.warmup}: {last - first:.4f} s (first start to last end)")
         if _fault(config, topo.rank, "corrupt") and engine.C.size:
             engine.C[0, 0] += 100
         _fault(config, topo.rank, "verify")
@@ -237,8 +208,8 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
         elif verify == "full":
             check = full_check(topo, layout, backend, engine.A, engine.B, engine.C, config.dtype,
                                len(engine.plan), config.tf32)
-        result = _gather_and_write(config, topo, backend, layout, engine, awareness, times, check,
-                                   argv, write)
+        result = _gather_and_write(config, topo, backend, layout, engine, awareness, (times, windows, clock),
+                                   check, argv, write)
         if check is not None and not check.passed:
             error = VerificationError(
                 f"verification failed: {check.method} residual {check.residual:.3e} > tolerance "
@@ -264,10 +235,12 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
             topo.close()
 
 
-def _gather_and_write(config, topo, backend, layout, engine, awareness, times, check, argv, write) -> RunResult:
+def _gather_and_write(config, topo, backend, layout, engine, awareness, timing, check, argv, write) -> RunResult:
     comm, rank = topo.comm, topo.rank
+    times, windows, clock = timing
     iters = np.array([t.seconds for t in times])
     steps = np.stack([t.steps for t in times]) if times else np.zeros((0, len(engine.plan), len(PHASES)))
+    host = np.stack([t.host for t in times]) if times else np.zeros((0, len(engine.plan)))
     timeline = None
     if config.timeline and times:
         timeline = np.concatenate([
@@ -280,6 +253,9 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
         "topology": topology_row(topo, backend),
         "iters": iters,
         "steps": steps,
+        "host": host,
+        "starts": np.array([t.start for t in times]),
+        "clock_uncertainty": clock.uncertainty,
         "timeline": timeline,
         "transfers": transfers,
         "memory": {"rank": rank, "peak_bytes": int(backend.peak_memory()), "needed_bytes": int(need),
@@ -298,10 +274,16 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
             topo_rows = [e["topology"] for e in everyone]
             iteration_seconds = np.stack([e["iters"] for e in everyone])
             step_seconds = np.stack([e["steps"] for e in everyone])
+            host_seconds = np.stack([e["host"] for e in everyone])
+            firsts = np.array([w[0] for w in windows])
+            product_seconds = np.array([last - first for first, last in windows])
+            start_seconds = np.stack([e["starts"] for e in everyone]) - firsts
             rows = [dict(src=s, dst=d, path=p, bytes=b) for e in everyone for (s, d, p, b) in e["transfers"]]
             paths = {r["path"] for r in rows if r["path"] in PATHS}
             gpus = len({(r["host"], r["gpu_uuid"] or r["gpu_index"]) for r in topo_rows if r["gpu_index"] >= 0})
-            summary = _summary(config, layout, topo.size, iteration_seconds, step_seconds, check, paths, gpus)
+            summary = summary_figures(m=layout.m, n=layout.n, k=layout.k, dtype=config.dtype, ranks=topo.size,
+                                      gpus=gpus, product_seconds=product_seconds, step_seconds=step_seconds,
+                                      host_seconds=host_seconds, check=check, paths=paths)
             summary["panel"] = engine.panel
             summary["prefetch"] = engine.prefetch
             summary["peak_memory_bytes_max"] = max(e["memory"]["peak_bytes"] for e in everyone)
@@ -333,6 +315,11 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, times, c
                     "summary": summary,
                     "c_shape": (layout.m, layout.n) if config.save_c else None,
                     "c_dtype": config.dtype,
+                    "extra": {"timings": (
+                        {"clock": clock.method,
+                         "clock_uncertainty": max(e["clock_uncertainty"] for e in everyone)},
+                        {"product_seconds": product_seconds, "start_seconds": start_seconds,
+                         "host_seconds": host_seconds})},
                 })
                 _fault(config, rank, "write")  # rank 0: the temporary file exists, unpublished
         except Exception as exc:  # noqa: BLE001 - every rank learns of it

@@ -1,30 +1,116 @@
-"""The short summary rank 0 prints at the end of a run."""
+"""The figures of a run and the short summary rank 0 prints at the end.
+
+:func:`summary_figures` is the one place where timings become rates: the
+product's time is the median over the timed products of the window from the
+first rank's start to the last rank's end (one clock, :mod:`hpcmm.clock`);
+flops are ``2mnk`` (``8mnk`` for complex types, a complex multiply-add being
+four real ones).  Exposed communication and host overhead are per product
+the largest sum over a rank's steps, then the median over the products.
+"""
 
 from __future__ import annotations
 
 import sys
 
-__all__ = ["print_summary", "summary_rows"]
+import numpy as np
+
+__all__ = ["print_summary", "product_flops", "summary_figures", "summary_rows"]
+
+#: An element error (fraction of its row's norm-wise scale) beyond which the summary warns.
+DETECTABLE_GOAL = 0.01
+
+
+def product_flops(m: int, n: int, k: int, dtype: str) -> float:
+    """Floating-point operations of one product ``C = A·B``."""
+    return (8.0 if str(dtype).startswith("complex") else 2.0) * m * n * k
+
+
+def summary_figures(*, m, n, k, dtype, ranks, gpus, product_seconds, step_seconds, host_seconds, check,
+                    paths) -> dict:
+    """Figures for the terminal and ``/summary``.
+
+    Parameters
+    ----------
+    product_seconds : array (iters,)
+        Each timed product, first rank's start to last rank's end.
+    step_seconds : array (ranks, iters, steps, 3)
+        ``gemm``, ``comm``, ``wait`` (for data) per step.
+    host_seconds : array (ranks, iters, steps)
+        The rest of each gap before a GEMM (panels there, GEMM not yet launched).
+    check : Check or None
+    """
+    product_seconds = np.asarray(product_seconds, dtype=np.float64)
+    step_seconds = np.asarray(step_seconds, dtype=np.float64)
+    host_seconds = np.asarray(host_seconds, dtype=np.float64)
+    median = float(np.median(product_seconds))
+    flops = product_flops(m, n, k, dtype)
+    busy = step_seconds[..., 0].sum(axis=2)  # ranks × iters: GEMM seconds
+    busy_med = np.median(busy, axis=1)
+    imbalance = float(busy_med.max() / busy_med.mean() - 1.0) if busy_med.mean() > 0 else 0.0
+    exposed = float(np.median(step_seconds[..., 2].sum(axis=2).max(axis=0)))
+    host = float(np.median(host_seconds.sum(axis=2).max(axis=0))) if host_seconds.size else 0.0
+    rate = flops / median / 1e12 if median > 0 else 0.0
+    return {
+        "seconds": median,
+        "seconds_min": float(product_seconds.min()),
+        "seconds_max": float(product_seconds.max()),
+        "flops": flops,
+        "tflops": rate,
+        "tflops_per_rank": rate / ranks,
+        "tflops_per_gpu": rate / gpus if gpus else 0.0,
+        "gpus": gpus,
+        "load_imbalance": imbalance,
+        "gemm_seconds_max": float(busy_med.max()),
+        "exposed_comm_seconds": exposed,
+        "exposed_comm_fraction": exposed / median if median > 0 else 0.0,
+        "host_overhead_seconds": host,
+        "host_overhead_fraction": host / median if median > 0 else 0.0,
+        "residual": check.residual if check else float("nan"),
+        "tolerance": check.tolerance if check else float("nan"),
+        "verified": bool(check.passed) if check else False,
+        "verify": check.method if check else "none",
+        "verify_detectable": check.detectable if check else float("nan"),
+        "paths": sorted(paths),
+        "ranks": ranks,
+    }
+
+
+def _verification(s: dict) -> str:
+    verdict = "PASSED" if s.get("verified") else ("skipped" if s.get("verify") == "none" else "FAILED")
+    text = f"{s['verify']}: {verdict}, residual {s['residual']:.2e} (tolerance {s['tolerance']:.2e})"
+    detectable = s.get("verify_detectable", float("nan"))
+    if s.get("verify") != "none" and detectable == detectable:
+        if detectable > DETECTABLE_GOAL:
+            text += (f"; an element off by less than {100 * detectable:.3g} % of its row's scale would "
+                     f"not show{' (--verify full is stronger)' if s['verify'] != 'full' else ''}")
+        else:
+            text += f"; an element off by more than {100 * detectable:.2g} % of its row's scale fails"
+    return text
 
 
 def summary_rows(summary: dict) -> list[tuple[str, str]]:
     s = summary
-    verdict = "PASSED" if s.get("verified") else ("skipped" if s.get("verify") == "none" else "FAILED")
-    return [
+    rows = [
         ("ranks / GPUs", f"{s['ranks']} / {s.get('gpus', 0)}"),
         ("seconds (median, min, max)", f"{s['seconds']:.4f}  {s['seconds_min']:.4f}  {s['seconds_max']:.4f}"),
         ("TFLOP/s total", f"{s['tflops']:.3f}"),
         ("TFLOP/s per rank", f"{s['tflops_per_rank']:.3f}"),
         ("load imbalance", f"{100 * s['load_imbalance']:.1f} %"),
         ("exposed communication", f"{100 * s['exposed_comm_fraction']:.1f} % ({s['exposed_comm_seconds']:.4f} s)"),
+    ]
+    if "host_overhead_seconds" in s:
+        rows.append(("host overhead", f"{100 * s['host_overhead_fraction']:.1f} % "
+                                      f"({s['host_overhead_seconds']:.4f} s)"))
+    rows += [
         ("panel / prefetch", f"{s.get('panel')} / {s.get('prefetch')}"),
         ("paths", ", ".join(s["paths"]) or "(none: one rank)"),
-        ("verification", f"{s['verify']}: {verdict}, residual {s['residual']:.2e} (tolerance {s['tolerance']:.2e})"),
+        ("verification", _verification(s)),
     ]
+    return rows
 
 
 def print_summary(summary: dict, path: str | None, file=None) -> None:
-    """A two-column table; with rich where it is installed."""
+    """A two-column table, never cut; with rich where it is installed."""
     file = file or sys.stdout
     rows = summary_rows(summary)
     if path:
@@ -39,8 +125,10 @@ def print_summary(summary: dict, path: str | None, file=None) -> None:
         file.flush()
         return
     table = Table(title="hpcmm", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(no_wrap=True, overflow="ignore")
     for key, value in rows:
         table.add_row(key, value)
-    Console(file=file, width=110).print(table)
+    # As wide as the longest row (borders and padding: 7 characters): no value is cut or wrapped.
+    width = max(len(k) for k, _ in rows) + max(len(v) for _, v in rows) + 7
+    Console(file=file, width=max(width, 40)).print(table)

@@ -8,8 +8,8 @@ Two ways the suite runs:
 * ``mpiexec -n N python -m pytest --with-mpi tests/mpi``: the MPI tests, one
   pytest per rank (pytest-mpi skips a test whose ``min_size`` exceeds N).
 
-Time limits, where pytest-timeout is installed and no ``--timeout`` was given:
-a test may take :data:`DEFAULT_TIMEOUT` seconds (``slurm`` tests, which may
+Time limits: pytest-timeout is required (without it the session stops with a
+one-line error).  Where no ``--timeout`` was given, a test may take :data:`DEFAULT_TIMEOUT` seconds (``slurm`` tests, which may
 install packages and start daemons, :data:`SLURM_TIMEOUT`; MPI tests
 :data:`MPI_TIMEOUT`).  Under MPI the limit ends the process from a watchdog
 thread: a rank blocked inside an MPI call never returns to Python to see a
@@ -46,8 +46,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
 
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.hasplugin("timeout"):
-        # Tests carry timeout marks; without pytest-timeout they are only labels.
-        config.addinivalue_line("markers", "timeout(seconds): time limit (enforced by pytest-timeout)")
+        # Without it every time limit is a label only, and a hung test hangs the suite.
+        raise pytest.UsageError("pytest-timeout is not installed: every test needs its time limit "
+                                "(pip install -e '.[test]' or pip install pytest-timeout)")
 
 
 def _timeout_configured(config: pytest.Config) -> bool:
@@ -57,8 +58,8 @@ def _timeout_configured(config: pytest.Config) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test without its own limit the default one (pytest-timeout only)."""
-    if not config.pluginmanager.hasplugin("timeout") or _timeout_configured(config):
+    """Give every test without its own limit the default one."""
+    if _timeout_configured(config):
         return
     # A signal cannot interrupt a rank waiting inside the MPI library: use a thread.
     method = "thread" if _with_mpi(config) else None

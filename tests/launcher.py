@@ -14,15 +14,31 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def find_mpiexec() -> str | None:
-    """``$MPIEXEC``, else the ``mpiexec`` beside this Python, else the first on ``PATH``."""
+def find_mpiexec(path_first: bool = False) -> str | None:
+    """``$MPIEXEC``, else the ``mpiexec`` beside this Python, else the first on ``PATH``.
+
+    Parameters
+    ----------
+    path_first : bool
+        Look on ``PATH`` before beside this Python: a site's wrapper (as the GPU
+        kit's ``.device/env.sh`` puts there) then wins over the one pip installed.
+    """
     named = os.environ.get("MPIEXEC")
     if named:
         return shutil.which(named)
     beside = Path(sys.executable).parent / "mpiexec"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("mpiexec")
+    beside = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+    on_path = shutil.which("mpiexec")
+    return (on_path or beside) if path_first else (beside or on_path)
+
+
+def mpiexec_or_skip(path_first: bool = False) -> str:
+    """:func:`find_mpiexec`, or skip the calling test, saying where it looked."""
+    found = find_mpiexec(path_first)
+    if found is None:
+        places = "on PATH or beside this Python" if path_first else "beside this Python or on PATH"
+        pytest.skip(f"no mpiexec ($MPIEXEC, {places}; pip install -e '.[mpich]' brings one)")
+    return found
 
 
 def quiet_environment() -> dict[str, str]:

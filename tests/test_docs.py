@@ -12,7 +12,7 @@ import sys
 
 import h5py
 import pytest
-from launcher import REPO, find_mpiexec, quiet_environment, run_launcher
+from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 
 from hpcmm import cli
 from hpcmm.config import ENVIRONMENT, MAX_PREFETCH, OUTPUT_PATTERN, settings_from_environment
@@ -73,9 +73,7 @@ def test_readme_documents_subcommands_and_exit_codes():
 @pytest.fixture(scope="module")
 def results_file(tmp_path_factory):
     """A real file with every part: 2 ranks on 2 virtual nodes (transfers), C saved, timeline kept."""
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        pytest.skip("no mpiexec beside this Python or on PATH")
+    mpiexec = mpiexec_or_skip()
     out = tmp_path_factory.mktemp("schema") / "all.h5"
     env = quiet_environment()
     env["HPCMM_DEVICE"] = "cpu"

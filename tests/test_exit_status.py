@@ -119,11 +119,13 @@ def test_default_command_twice_writes_two_files(mpiexec, tmp_path):
     second = hpcmm(mpiexec, tmp_path, SMALL)
     assert first.returncode == 0, first.stdout
     assert second.returncode == 0, second.stdout
+    pattern = r"hpcmm-results-\d{8}-\d{6}(?:-\d+)?\.h5"
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert len(names) == 2, names
-    for name, proc in zip(names, (first, second)):
-        assert re.fullmatch(r"hpcmm-results-\d{8}-\d{6}(-\d+)?\.h5", name)
-        assert name in proc.stdout  # the summary says where the results are
+    assert len(names) == 2 and all(re.fullmatch(pattern, name) for name in names), names
+    # Each summary says where its results are: one name each, the two files.
+    printed = [re.findall(pattern, proc.stdout) for proc in (first, second)]
+    assert sorted(p[0] for p in printed if len(p) == 1) == names, printed
+    for name in names:
         with h5py.File(tmp_path / name, "r") as f:
             assert bool(f["summary"].attrs["verified"])
     again = hpcmm(mpiexec, tmp_path, [*SMALL, "--out", names[0]])

@@ -8,21 +8,18 @@ CPU-only machine.  Run on a GPU node with::
 
 The multi-GPU tests start ``mpiexec -n 2``: ``$MPIEXEC``, else the ``mpiexec``
 first on ``PATH`` (a site's wrapper, as ``.device/env.sh`` puts there), else the
-one beside this Python.
+one beside this Python (``launcher.mpiexec_or_skip(path_first=True)``).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import sys
-from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
-from launcher import REPO, quiet_environment, run_launcher
+from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 
 from hpcmm.backend import GpuBackend, gpu_count, make_backend
 from hpcmm.verify import tolerance
@@ -200,13 +197,13 @@ def test_ipc_allocate_and_close(backend):
 
     from hpcmm.transport.ipc import IpcPeerMemory, open_handles
 
-    before = getattr(backend, "extra_device_bytes", 0)
+    before = backend.exported_bytes
     peers = IpcPeerMemory(MPI.COMM_SELF, backend)
     local = peers.allocate(4096 + 3)
     try:
         assert local.nbytes == 4099 and local.dtype == np.uint8
         assert open_handles(peers) == 0  # one rank: nothing of a peer to open
-        assert backend.extra_device_bytes == before + 4099
+        assert backend.exported_bytes == before + 4099
         local[:] = 7
         peers.export_events(2)
         peers.record(1, backend.comm_stream)
@@ -215,7 +212,7 @@ def test_ipc_allocate_and_close(backend):
     finally:
         peers.close()
     assert peers.memory is None and peers.events == []
-    assert backend.extra_device_bytes == before
+    assert backend.exported_bytes == before
 
 
 # -- whole runs -------------------------------------------------------------------------
@@ -247,22 +244,14 @@ def test_one_rank_run_on_the_gpu(tmp_path, dtype, tf32, verify):
 # -- several GPUs -------------------------------------------------------------------------
 
 
-def _mpiexec() -> str:
-    named = os.environ.get("MPIEXEC")
-    found = shutil.which(named) if named else (shutil.which("mpiexec")
-                                                or shutil.which("mpiexec", path=str(Path(sys.executable).parent)))
-    if found is None:
-        pytest.skip("no mpiexec ($MPIEXEC, PATH, or beside this Python)")
-    return found
-
-
 @multi_gpu(2)
 @pytest.mark.parametrize("extra, paths", [([], {"ipc"}), (["--ranks-per-node", "1"], {"mpi", "staged"})])
 def test_two_gpus_from_the_command_line(tmp_path, extra, paths):
     out = tmp_path / "two.h5"
     env = quiet_environment()
     env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    proc = run_launcher([_mpiexec(), "-n", "2", sys.executable, "-m", "hpcmm", "--device", "gpu", "--m", "2053",
+    mpiexec = mpiexec_or_skip(path_first=True)
+    proc = run_launcher([mpiexec, "-n", "2", sys.executable, "-m", "hpcmm", "--device", "gpu", "--m", "2053",
                          "--n", "1031", "--k", "999", "--verify", "full", "--save-c", "--out", str(out), *extra],
                         300, env=env)
     assert proc.returncode == 0, proc.stdout
@@ -275,13 +264,14 @@ def test_two_gpus_from_the_command_line(tmp_path, extra, paths):
 
 @multi_gpu(2)
 def test_mpi_suite_on_two_gpus():
-    """The MPI tests (tests/mpi) at 2 ranks with HPCMM_DEVICE=gpu: ipc, mpi/staged paths, every dtype."""
+    """tests/mpi (runs and channels) at 2 ranks with HPCMM_DEVICE=gpu: ipc, mpi/staged, every dtype."""
     pytest.importorskip("pytest_mpi")
     env = quiet_environment()
     env["HPCMM_DEVICE"] = "gpu"
     env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    proc = run_launcher([_mpiexec(), "-n", "2", sys.executable, "-m", "pytest", "--with-mpi", "-q",
-                         "-p", "no:cacheprovider", "tests/mpi/test_run_mpi.py"], 540, env=env)
+    mpiexec = mpiexec_or_skip(path_first=True)
+    proc = run_launcher([mpiexec, "-n", "2", sys.executable, "-m", "pytest", "--with-mpi", "-q",
+                         "-p", "no:cacheprovider", "tests/mpi"], 540, env=env)
     assert proc.returncode == 0, proc.stdout[-20000:]
 
 

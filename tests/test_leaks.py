@@ -36,7 +36,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from launcher import find_mpiexec, quiet_environment
+from launcher import mpiexec_or_skip, quiet_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTS = 200
@@ -261,17 +261,17 @@ def _gpus() -> int:
     return gpu_count()
 
 
-def _under_mpiexec(ranks: int, device: str, timeout: float) -> list[dict]:
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        pytest.skip("no mpiexec ($MPIEXEC, beside the Python interpreter, or on PATH)")
+def _under_mpiexec(ranks: int, device: str, timeout: float, tmp_path: Path) -> list[dict]:
+    mpiexec = mpiexec_or_skip()
     cmd = [mpiexec, "-n", str(ranks), sys.executable, str(Path(__file__).resolve()),
-           "--device", device, "--products", str(PRODUCTS)]
+           "--device", device, "--products", str(PRODUCTS), "--result", str(tmp_path / "leaks.json")]
     proc = subprocess.run(cmd, check=False, env=_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert len(reports) == ranks, proc.stdout + proc.stderr
+    # Rank 0 writes every rank's report to a file: the launcher's stdout mixes the ranks' lines.
+    assert (tmp_path / "leaks.json").is_file(), proc.stdout + proc.stderr
+    reports = json.loads((tmp_path / "leaks.json").read_text())
+    assert len(reports) == ranks, reports
     return reports
 
 
@@ -281,8 +281,8 @@ def test_no_leaks_one_rank_cpu():
     assert report["outcomes"]["InputError"] >= 8 and report["outcomes"]["VerificationError"] >= 8
 
 
-def test_no_leaks_two_ranks_cpu():
-    for report in _under_mpiexec(2, "cpu", timeout=120):
+def test_no_leaks_two_ranks_cpu(tmp_path):
+    for report in _under_mpiexec(2, "cpu", timeout=120, tmp_path=tmp_path):
         assert problems(report) == []
 
 
@@ -295,11 +295,11 @@ def test_no_leaks_one_rank_gpu():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_no_leaks_several_ranks_gpu(ranks):
+def test_no_leaks_several_ranks_gpu(ranks, tmp_path):
     """Ranks on one GPU or several: IPC mappings (and, at 4 ranks, events) opened and closed every product."""
     if _gpus() < 1:
         pytest.skip("needs a CUDA GPU and cupy")
-    reports = _under_mpiexec(ranks, "gpu", timeout=400)
+    reports = _under_mpiexec(ranks, "gpu", timeout=400, tmp_path=tmp_path)
     for report in reports:
         assert problems(report) == []
     assert sum(r["after"]["ipc"]["ipcOpenMemHandle"] for r in reports) > 0, "the IPC path was not taken"
@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Measure leaks over repeated products on every rank.")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--products", type=int, default=PRODUCTS)
+    parser.add_argument("--result", default=None, help="JSON file for every rank's report (else stdout)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from mpi4py import MPI
@@ -318,8 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     report = measure(args.device, args.products)
     reports = MPI.COMM_WORLD.gather(report, root=0)
     if MPI.COMM_WORLD.Get_rank() == 0:
-        for r in reports:
-            print(json.dumps(r), flush=True)
+        if args.result is not None:
+            Path(args.result).write_text(json.dumps(reports))
+        else:
+            for r in reports:
+                print(json.dumps(r), flush=True)
     return 0
 
 

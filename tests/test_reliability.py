@@ -2,14 +2,18 @@
 
 Every case runs ``mpiexec -n N python -m hpcmm ...`` on the CPU (N = 2, some 3).
 
-Bad input (one table, :data:`BAD_INPUT`): exit status 2 within 10 s, the
-same one line ``hpcmm: error: ...`` naming the value from every rank, and
-nothing at the output path (no ``.partial`` file either).
+Bad input (one table, :data:`BAD_INPUT`): exit status 2 within 10 s, one
+line ``hpcmm: error: ...`` naming the value for the whole job (from rank 0),
+and nothing at the output path (no ``.partial`` file either).
 
-A rank that fails alone (the test-only fault hook ``HPCMM_FAULT=RANK:PHASE``,
-see docs/reliability.md) brings every rank down within 30 s with its message;
-a failure on rank 0 while it writes is reported by all ranks; a product that
-fails verification is written, complete, marked ``verified=False``, exit 1.
+A rank that fails alone (a fault put in by tests/fault_runner.py) brings every
+rank down within 30 s with one line naming it; a failure on rank 0 while it
+writes is one line, from rank 0; a product that fails verification is written,
+complete, marked ``verified=False``, exit 1.
+
+Every rank writes its output into files of its own (:mod:`ranklog`): no test
+here reads lines that several processes wrote into one stream, where a line
+could be glued to another or cut off by the launcher ending a job.
 """
 
 from __future__ import annotations
@@ -17,15 +21,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
-from launcher import find_mpiexec, quiet_environment
+import ranklog
+from ranklog import Part, hpcmm_argv, runner_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Bad input is refused within this many seconds (launch included).
@@ -35,39 +38,35 @@ END_WITHIN = 30.0
 SMALL = ["--m", "60", "--n", "50", "--k", "40", "--iters", "1", "--warmup", "0"]
 
 
-def _mpiexec() -> str:
-    found = find_mpiexec()
-    if found is None:
-        pytest.skip("no mpiexec ($MPIEXEC, beside the Python interpreter, or on PATH)")
-    return found
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = quiet_environment()  # the ranks run in a temporary directory: hpcmm must import from there
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.update(extra or {})
-    return env
-
-
 @dataclasses.dataclass
 class Outcome:
     rc: int
     seconds: float
-    stdout: str
-    stderr: str
+    job: ranklog.Outcome
 
-    def errors(self) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.startswith("hpcmm: error:")]
+    def error(self) -> str:
+        """The job's one ``hpcmm: error:`` line; it must come from rank 0 (every rank had it)."""
+        rank, line = self.job.the_line("hpcmm: error:")
+        assert rank == 0, self.job.describe()
+        return line
+
+    def stdout(self, rank: int = 0) -> str:
+        return self.job.out(rank)
+
+    def describe(self) -> str:
+        return self.job.describe()
+
+    def tracebacks(self) -> bool:
+        return any(line.startswith("Traceback") for r in self.job.ranks() for line in self.job.err(r))
 
 
 def hpcmm(ranks: int, args: list[str], cwd: Path, env: dict[str, str] | None = None,
-          timeout: float = 60.0, launcher: list[str] | None = None) -> Outcome:
-    """Run ``mpiexec -n ranks python -m hpcmm args`` in ``cwd``."""
-    cmd = launcher or [_mpiexec(), "-n", str(ranks), sys.executable, "-m", "hpcmm", *args]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, check=False, cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=timeout)
-    return Outcome(proc.returncode, time.monotonic() - t0, proc.stdout, proc.stderr)
+          timeout: float = 60.0, parts: list[Part] | None = None) -> Outcome:
+    """Run ``mpiexec -n ranks python -m hpcmm args`` in ``cwd`` (or the MPMD ``parts``), quietly."""
+    parts = parts or [Part(hpcmm_argv(*args, "--quiet"), ranks=ranks)]
+    logs = cwd / f"logs-{len(list(cwd.glob('logs-*')))}"
+    job = ranklog.run(parts, logs, cwd, timeout, env=env)
+    return Outcome(job.rc, job.seconds, job)
 
 
 def _partials(directory: Path) -> list[str]:
@@ -168,13 +167,12 @@ BAD_INPUT = [
 
 
 def _check_refused(outcome: Outcome, ranks: int, names: str, out: Path) -> None:
-    assert outcome.rc == 2, f"exit status {outcome.rc}, expected 2:\n{outcome.stderr}"
+    assert outcome.rc == 2, f"exit status {outcome.rc}, expected 2:\n{outcome.describe()}"
     assert outcome.seconds < REFUSE_WITHIN, f"took {outcome.seconds:.1f} s"
-    errors = outcome.errors()
-    assert len(errors) == ranks, f"expected one error line per rank:\n{outcome.stderr}"
-    assert len(set(errors)) == 1, f"ranks disagree:\n{outcome.stderr}"
-    assert names in errors[0], f"{names!r} not in {errors[0]!r}"
-    assert "Traceback" not in outcome.stderr, outcome.stderr
+    assert outcome.job.ranks() == list(range(ranks)), outcome.describe()
+    error = outcome.error()  # exactly one line for the whole job, from rank 0
+    assert names in error, f"{names!r} not in {error!r}"
+    assert not outcome.tracebacks(), outcome.describe()
     assert not out.is_file()
     assert _partials(out.parent) == []
 
@@ -196,8 +194,7 @@ def test_existing_output_without_overwrite_is_left_alone(tmp_path):
     out.write_bytes(b"an earlier result")
     outcome = hpcmm(2, ["--device", "cpu", *SMALL, "--out", str(out)], tmp_path)
     assert outcome.rc == 2 and outcome.seconds < REFUSE_WITHIN
-    assert len(outcome.errors()) == 2 and len(set(outcome.errors())) == 1
-    assert f"--out={out}: file exists (pass --overwrite to replace it)" in outcome.errors()[0]
+    assert f"--out={out}: file exists (pass --overwrite to replace it)" in outcome.error()
     assert out.read_bytes() == b"an earlier result"
     assert _partials(tmp_path) == []
 
@@ -215,9 +212,8 @@ def test_output_directory_the_file_system_refuses(tmp_path):
         pass
     out = Path("/sys/hpcmm-result.h5")
     outcome = hpcmm(2, ["--device", "cpu", *SMALL, "--out", str(out)], tmp_path)
-    assert outcome.rc == 2 and outcome.seconds < REFUSE_WITHIN, outcome.stderr
-    assert len(outcome.errors()) == 2 and len(set(outcome.errors())) == 1
-    assert "directory /sys is not writable" in outcome.errors()[0]
+    assert outcome.rc == 2 and outcome.seconds < REFUSE_WITHIN, outcome.describe()
+    assert "directory /sys is not writable" in outcome.error()
     assert not out.exists()
 
 
@@ -258,59 +254,55 @@ def test_problem_too_big_for_device_memory(tmp_path, ranks):
     out = tmp_path / "r.h5"
     outcome = hpcmm(ranks, ["--device", "gpu", "--m", "1000000", "--n", "1000000", "--k", "1000000",
                             "--out", str(out)], tmp_path, timeout=120)
-    assert outcome.rc == 2, outcome.stderr
+    assert outcome.rc == 2, outcome.describe()
     assert outcome.seconds < REFUSE_WITHIN, f"took {outcome.seconds:.1f} s"
-    errors = outcome.errors()
-    assert len(errors) == ranks and len(set(errors)) == 1, outcome.stderr
-    assert "problem m=1000000, n=1000000, k=1000000 float64 does not fit" in errors[0]
-    assert "GiB of device memory" in errors[0] and "GiB available" in errors[0]
+    error = outcome.error()
+    assert "problem m=1000000, n=1000000, k=1000000 float64 does not fit" in error
+    assert "GiB of device memory" in error and "GiB available" in error
     assert not out.exists()
     assert _partials(tmp_path) == []
 
 
 def test_settings_that_differ_between_ranks_do_not_hang(tmp_path):
     """An MPMD launch where one rank's environment is bad: every rank exits 2, none waits."""
-    mpiexec = _mpiexec()
-    version = subprocess.run([mpiexec, "--version"], check=False, capture_output=True, text=True, timeout=30).stdout
-    if "HYDRA" not in version:
-        pytest.skip("needs MPICH's hydra for per-rank -env")
     out = tmp_path / "r.h5"
-    rank = [sys.executable, "-m", "hpcmm", "--device", "cpu", *SMALL, "--out", str(out)]
-    outcome = hpcmm(2, [], tmp_path, launcher=[mpiexec, "-n", "1", "-env", "HPCMM_PANEL", "0", *rank,
-                                               ":", "-n", "1", *rank])
-    assert outcome.rc == 2 and outcome.seconds < REFUSE_WITHIN, outcome.stderr
-    errors = outcome.errors()
-    assert len(errors) == 2 and len(set(errors)) == 1, outcome.stderr
-    assert "HPCMM_PANEL=0: expected an integer >= 1 (raised by rank 0)" in errors[0]
+    rank = hpcmm_argv("--device", "cpu", *SMALL, "--quiet", "--out", str(out))
+    outcome = hpcmm(2, [], tmp_path, parts=[Part(rank, env={"HPCMM_PANEL": "0"}), Part(rank)])
+    assert outcome.rc == 2 and outcome.seconds < REFUSE_WITHIN, outcome.describe()
+    assert "HPCMM_PANEL=0: expected an integer >= 1 (raised by rank 0)" in outcome.error()
     assert not out.exists()
 
 
 # -- failing ranks ----------------------------------------------------------------
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("ranks", "fault"),
-    [(2, "1:setup"), (3, "1:multiply"), (3, "0:multiply"), (2, "1:verify"), (3, "2:write")],
+    [(2, "1:multiply:raise"), (3, "1:multiply:raise"), (3, "0:multiply:raise"), (2, "1:verify:raise"),
+     (3, "2:verify:raise")],
 )
 def test_one_failing_rank_ends_every_rank(tmp_path, ranks, fault):
+    """The failing rank's line is read from its own stderr file: MPI_Abort cannot cut it off."""
     out = tmp_path / "r.h5"
-    outcome = hpcmm(ranks, ["--device", "cpu", *SMALL, "--out", str(out)], tmp_path, {"HPCMM_FAULT": fault},
-                    timeout=END_WITHIN + 30)
-    assert outcome.rc != 0
+    rank, where, _ = fault.split(":")
+    outcome = hpcmm(ranks, [], tmp_path, timeout=END_WITHIN + 30,
+                    parts=[Part(runner_argv([fault], "--device", "cpu", *SMALL, "--quiet", "--out", str(out)),
+                                ranks=ranks)])
+    assert outcome.rc == 1, outcome.describe()
     assert outcome.seconds < END_WITHIN
-    rank = fault.split(":")[0]
-    assert (f"hpcmm: rank {rank}: RuntimeError: fault injected by HPCMM_FAULT={fault}; aborting all ranks"
-            in outcome.stderr), outcome.stderr
+    who, line = outcome.job.the_line()
+    assert who == int(rank), outcome.describe()
+    assert line == f"hpcmm: rank {rank}: RuntimeError: fault at {where}; aborting all ranks", outcome.describe()
     assert not out.exists()
     assert _partials(tmp_path) == []
 
 
-def test_failure_while_rank_0_writes_is_reported_by_every_rank(tmp_path):
+def test_failure_while_rank_0_writes_is_reported_once(tmp_path):
     out = tmp_path / "r.h5"
-    outcome = hpcmm(3, ["--device", "cpu", *SMALL, "--save-c", "--out", str(out)], tmp_path,
-                    {"HPCMM_FAULT": "0:write"})
-    assert outcome.rc == 1
-    errors = outcome.errors()
-    assert len(errors) == 3 and len(set(errors)) == 1, outcome.stderr
-    assert "RuntimeError: fault injected by HPCMM_FAULT=0:write (raised by rank 0)" in errors[0]
+    outcome = hpcmm(3, [], tmp_path, parts=[Part(runner_argv(["0:write:raise"], "--device", "cpu", *SMALL,
+                                                             "--save-c", "--quiet", "--out", str(out)), ranks=3)])
+    assert outcome.rc == 1, outcome.describe()
+    assert (f"--out={out}: cannot write the results file: fault at write (raised by rank 0)"
+            in outcome.error())
     assert not out.exists()
     assert _partials(tmp_path) == []
 
@@ -319,18 +311,17 @@ def test_failure_while_rank_0_writes_is_reported_by_every_rank(tmp_path):
 @pytest.mark.parametrize("verify", ["freivalds", "full"])
 def test_failed_verification_is_written_complete_and_marked(tmp_path, verify):
     out = tmp_path / "r.h5"
-    outcome = hpcmm(2, ["--device", "cpu", *SMALL, "--verify", verify, "--save-c", "--out", str(out)],
-                    tmp_path, {"HPCMM_FAULT": "0:corrupt"})
-    assert outcome.rc == 1, outcome.stderr
-    errors = outcome.errors()
-    assert len(errors) == 2 and len(set(errors)) == 1, outcome.stderr
-    assert f"verification failed: {verify} residual" in errors[0]
-    assert "marked verified=False" in errors[0]
-    assert "FAILED" in outcome.stdout  # the summary is printed all the same
+    outcome = hpcmm(2, [], tmp_path, parts=[Part(runner_argv(
+        ["0:verify:corrupt"], "--device", "cpu", *SMALL, "--verify", verify, "--save-c", "--quiet",
+        "--out", str(out)), ranks=2)])
+    assert outcome.rc == 1, outcome.describe()
+    error = outcome.error()
+    assert f"verification failed: {verify} residual" in error
+    assert "marked verified=False" in error
+    assert "FAILED" in outcome.stdout(0)  # the summary is printed all the same
     with h5py.File(out, "r") as f:
         assert not f["summary"].attrs["verified"]
         assert f["summary"].attrs["verify"] == verify
-        assert f["config"].attrs["fault"] == "0:corrupt"
         c = f["result/C"][...]
     assert c.shape == (60, 50) and np.isfinite(c).all()  # complete: every block was written
     assert _partials(tmp_path) == []
@@ -339,7 +330,7 @@ def test_failed_verification_is_written_complete_and_marked(tmp_path, verify):
 def test_a_good_run_publishes_a_complete_file_with_the_usual_mode(tmp_path):
     out = tmp_path / "r.h5"
     outcome = hpcmm(3, ["--device", "cpu", *SMALL, "--verify", "full", "--save-c", "--out", str(out)], tmp_path)
-    assert outcome.rc == 0, outcome.stderr
+    assert outcome.rc == 0, outcome.describe()
     with h5py.File(out, "r") as f:
         assert f["summary"].attrs["verified"]
         assert f["config"].attrs["fault"] == ""

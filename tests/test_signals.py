@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launcher import find_mpiexec, quiet_environment
+from launcher import mpiexec_or_skip, quiet_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 #: How long a job may take to end once a rank is gone or a signal is sent.
@@ -34,13 +34,6 @@ END_WITHIN = 30.0
 START_WITHIN = 60.0
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-
-def _mpiexec() -> str:
-    found = find_mpiexec()
-    if found is None:
-        pytest.skip("no mpiexec ($MPIEXEC, beside the Python interpreter, or on PATH)")
-    return found
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -93,7 +86,7 @@ class Job:
         self.tmp, self.ranks = tmp, ranks
         self.out = tmp / "out.h5"
         self.log = tmp / "stderr.txt"
-        cmd = [_mpiexec(), "-n", str(ranks), sys.executable, "-m", "hpcmm", "--device", device,
+        cmd = [mpiexec_or_skip(), "-n", str(ranks), sys.executable, "-m", "hpcmm", "--device", device,
                "--out", str(self.out), *args]
         with open(self.log, "wb") as err, open(tmp / "stdout.txt", "wb") as out:
             self.proc = subprocess.Popen(cmd, env=_env(**env), stdin=subprocess.DEVNULL, stdout=out,
@@ -239,14 +232,14 @@ def test_sigkill_of_the_writer_leaves_no_temporary_file(job):
 
 
 def test_sigterm_reaches_a_rank_waiting_inside_mpi(job):
-    """Rank 1 hangs in the first product (fault hook); rank 0 finishes it and waits in a barrier.
+    """Rank 1 hangs before the check (fault hook); rank 0 waits for it inside the check's reductions.
 
     A Python signal handler runs only between bytecodes, which rank 0, inside
     MPI, never reaches; hpcmm's watcher thread acts on the signal all the same.
     """
     j = job(2, ["--m", "60", "--n", "50", "--k", "40", "--iters", "2", "--warmup", "0"],
-            HPCMM_FAULT="1:multiply:hang")
-    j.wait_for_loop()  # rank 0 printed its first product and went on to the next barrier
+            HPCMM_FAULT="1:verify:hang")
+    j.wait_for("last product", lambda: "iteration 2/2" in j.stderr())  # rank 0 went on to the check
     time.sleep(0.5)
     os.kill(j.rank_pids()[0], signal.SIGTERM)
     rc, _ = j.ends()
@@ -257,8 +250,13 @@ def test_sigterm_reaches_a_rank_waiting_inside_mpi(job):
 
 @pytest.mark.parametrize("when", ["loop", "write"])
 def test_interrupted_overwrite_keeps_the_previous_file(job, tmp_path, when):
-    previous = os.urandom(4096)
-    (tmp_path / "out.h5").write_bytes(previous)
+    import h5py
+    import numpy as np
+
+    # --overwrite replaces only an HDF5 file: the previous results of an earlier run.
+    with h5py.File(tmp_path / "out.h5", "w") as f:
+        f["x"] = np.random.default_rng(7).random(512)
+    previous = (tmp_path / "out.h5").read_bytes()
     if when == "loop":
         j = job(2, [*LOOP, "--overwrite"])
         j.wait_for_loop()

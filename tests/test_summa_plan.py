@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -142,3 +143,78 @@ def test_auto_panel_gpu_is_deeper_than_cpu():
     # Whole 4096-wide blocks split into equal panels: no sliver steps.
     steps = summa_plan(layout, auto_panel(layout, 8, on_gpu=True))
     assert len({s.width for s in steps}) == 1
+
+
+# -- weighted layouts -------------------------------------------------------------
+
+WEIGHT = st.floats(min_value=1e-2, max_value=1e2, allow_nan=False, allow_infinity=False)
+
+
+def check_layout_plan(layout: Layout, panel: int, steps: list[Step]) -> None:
+    """:func:`check_plan` against the layout's own k blocks (weighted ones are not near-equal)."""
+    grid, k = layout.grid, layout.k
+    covered = np.zeros(k, dtype=np.int64)
+    assert steps[0].k0 == 0 and steps[-1].k1 == k
+    for i, s in enumerate(steps):
+        assert s.index == i and 0 < s.width <= panel, s
+        if i:
+            assert s.k0 == steps[i - 1].k1, f"gap or overlap before {s}"
+        assert 0 <= s.a_root < grid.cols and 0 <= s.b_root < grid.rows, s
+        a_lo, a_hi = layout.a_k(s.a_root)
+        b_lo, b_hi = layout.b_k(s.b_root)
+        assert a_lo <= s.k0 < s.k1 <= a_hi, f"{s} straddles A's k blocks ({a_lo}, {a_hi})"
+        assert b_lo <= s.k0 < s.k1 <= b_hi, f"{s} straddles B's k blocks ({b_lo}, {b_hi})"
+        assert s.a_offset == s.k0 - a_lo and s.b_offset == s.k0 - b_lo, s
+        covered[s.k0:s.k1] += 1
+    assert (covered == 1).all(), "k not covered exactly once"
+
+
+def layout_steps_expected(layout: Layout, panel: int) -> int:
+    k = layout.k
+    cuts = {0, k} | {layout.a_k(c)[0] for c in range(layout.grid.cols)}
+    cuts |= {layout.b_k(r)[0] for r in range(layout.grid.rows)}
+    cuts = sorted(cuts)
+    return sum(math.ceil((b - a) / panel) for a, b in zip(cuts, cuts[1:]) if b > a)
+
+
+@given(rows=st.integers(1, 5), cols=st.integers(1, 5), k=st.integers(1, 400), panel=st.integers(1, 90),
+       ramp=st.booleans(), data=st.data())
+def test_plans_over_weighted_layouts_cover_k_once(rows, cols, k, panel, ramp, data):
+    """Any weights (tiny ones leave empty k blocks): steps cover k once and stay inside one block of A and B."""
+    weights = data.draw(st.lists(WEIGHT, min_size=rows * cols, max_size=rows * cols))
+    layout = Layout(7, 5, k, Grid(rows, cols), weights=weights)
+    steps = summa_plan(layout, panel, ramp=ramp)
+    check_layout_plan(layout, panel, steps)
+    if not ramp:
+        assert len(steps) == layout_steps_expected(layout, panel)
+
+
+def test_weighted_plan_example():
+    """3 ranks on 2 GPUs (weights ½, 1, ½ on 3 × 1), k = 8: B's k blocks 2, 4, 2; A's one block of 8."""
+    layout = Layout(8, 8, 8, Grid(3, 1), weights=(0.5, 1, 0.5))
+    steps = summa_plan(layout, 3)
+    assert [(s.k0, s.k1, s.b_root, s.b_offset) for s in steps] == [(0, 2, 0, 0), (2, 5, 1, 0), (5, 6, 1, 3),
+                                                                   (6, 8, 2, 0)]
+    assert all(s.a_root == 0 and s.a_offset == s.k0 for s in steps)
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("k", [1, 3, 257, 4097, 20000])
+def test_auto_panel_equal_weights_unchanged(grid, k):
+    """Equal weights give the panel of the unweighted layout."""
+    plain = Layout(64, 64, k, Grid(*grid))
+    weighted = Layout(64, 64, k, Grid(*grid), weights=[0.3] * (grid[0] * grid[1]))
+    for itemsize in (2, 8):
+        for on_gpu in (False, True):
+            assert auto_panel(weighted, itemsize, on_gpu) == auto_panel(plain, itemsize, on_gpu)
+
+
+@given(rows=st.integers(1, 4), cols=st.integers(1, 4), k=st.integers(1, 30000), data=st.data())
+def test_auto_panel_weighted_gives_a_valid_plan(rows, cols, k, data):
+    weights = data.draw(st.lists(WEIGHT, min_size=rows * cols, max_size=rows * cols))
+    layout = Layout(64, 64, k, Grid(rows, cols), weights=weights)
+    panel = auto_panel(layout, 8, on_gpu=True)
+    assert 1 <= panel <= k
+    if rows * cols > 1:
+        assert panel <= 2048
+    check_layout_plan(layout, panel, summa_plan(layout, panel))

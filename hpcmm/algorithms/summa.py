@@ -8,14 +8,16 @@ split, so every panel is one contiguous piece of its owner's block.
 
 Worked example, k = 10 on a 2 × 3 grid with ``panel=4``: A's k blocks are
 [0,4) [4,7) [7,10) over the columns, B's [0,5) [5,10) over the rows, and the
-steps are [0,4) [4,5) [5,7) [7,10).
+steps are [0,4) [4,5) [5,7) [7,10).  The k blocks are the layout's: near-equal,
+or following the ranks' weights (:class:`~hpcmm.layout.Layout`), so the plan
+asks the layout who owns an index of k.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..layout import Layout, block_owner
+from ..layout import Layout
 
 __all__ = ["Step", "auto_panel", "summa_plan"]
 
@@ -63,19 +65,27 @@ def summa_plan(layout: Layout, panel: int, ramp: bool = False) -> list[Step]:
     """
     if panel < 1:
         raise ValueError(f"panel width {panel} must be positive")
-    grid, k = layout.grid, layout.k
+    k = layout.k
     steps: list[Step] = []
     width = max(1, panel // 8) if ramp else panel
     k0 = 0
     while k0 < k:
-        a_root = block_owner(k, grid.cols, k0)
-        b_root = block_owner(k, grid.rows, k0)
+        # The layout's own owners: with weights the k blocks are not near-equal.
+        a_root = layout.a_k_owner(k0)
+        b_root = layout.b_k_owner(k0)
         a_lo, a_hi = layout.a_k(a_root)
         b_lo, b_hi = layout.b_k(b_root)
+        # Each step must start inside both owners' blocks and move k on: a plan that
+        # does not cover k is a bug, and it must fail here rather than loop for ever.
+        if not (a_lo <= k0 < a_hi and b_lo <= k0 < b_hi):
+            raise ValueError(f"SUMMA plan: k={k0} is not in the A block [{a_lo}, {a_hi}) of column "
+                             f"{a_root} or the B block [{b_lo}, {b_hi}) of row {b_root} (grid {grid})")
         k1 = min(k0 + width, a_hi, b_hi)
         steps.append(Step(len(steps), k0, k1, a_root, k0 - a_lo, b_root, k0 - b_lo))
         k0 = k1
         width = min(panel, 2 * width)
+    if not steps and k > 0 or (steps and (steps[0].k0, steps[-1].k1) != (0, k)):
+        raise ValueError(f"SUMMA plan does not cover k={k}")
     return steps
 
 
@@ -96,7 +106,10 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool) -> int:
     if itemsize <= 2:
         target *= 2
     grid = layout.grid
-    smallest_block = max(1, min(layout.k // grid.cols, layout.k // grid.rows) or layout.k)
+    # Without weights the smallest k block is min(k // cols, k // rows); with weights read it off.
+    smallest = min(layout.extent(layout.a_k(c)) for c in range(grid.cols))
+    smallest = min(smallest, *(layout.extent(layout.b_k(r)) for r in range(grid.rows)))
+    smallest_block = max(1, smallest or layout.k)
     if smallest_block <= target:
         return max(1, smallest_block)
     # Split the block into equal pieces no wider than the target.

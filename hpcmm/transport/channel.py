@@ -11,9 +11,14 @@ gets it by the best path there is:
   pull it from the leader's ring slot (``ipc`` / ``shm``).  A panel crosses
   between two nodes once.
 
-Worked example, a row of 4 ranks on 2 nodes {0, 1} {2, 3}, root 1: rank 0
-pulls from rank 1 over IPC; rank 2 (leader) receives from rank 1 through MPI
-in the communicator {1, 2}; rank 3 pulls from rank 2's ring slot over IPC.
+Which of these a rank does for a root never changes, so it is decided once,
+when the channel is built (:meth:`PanelChannel._role`); a step calls the one
+method of that role.
+
+Worked example, a row of 4 ranks on 2 nodes {0, 1} {2, 3}, root 1: rank 1
+uses its own block; rank 0 pulls from rank 1 over IPC; rank 2 (leader)
+receives from rank 1 through MPI in the communicator {1, 2}; rank 3 pulls
+from rank 2's ring slot over IPC.
 
 Ordering.  Blocks are written once before the first step, so reading a
 root's block needs no synchronization.  A leader's ring slot is rewritten
@@ -58,6 +63,18 @@ class Transfer:
 class PanelChannel:
     """Panels of one operand along ``comm``.
 
+    How this rank gets the panels of each root is decided once, here: every
+    step from that root takes the same path.  The four roles, one method each:
+
+    ============================  ======================  =====================
+    root                          this rank               method
+    ============================  ======================  =====================
+    this rank                     reads its own block     :meth:`_own`
+    on this rank's node           pulls from the block    :meth:`_pull_from_root`
+    on another node               is its node's leader    :meth:`_relay`
+    on another node               is not                  :meth:`_pull_from_leader`
+    ============================  ======================  =====================
+
     Parameters
     ----------
     comm : MPI.Comm
@@ -87,6 +104,10 @@ class PanelChannel:
         myv = vnodes[self.me]
         self.node_members = [r for r, v in enumerate(vnodes) if v == myv]
         self.leader = {v: min(r for r, w in enumerate(vnodes) if w == v) for v in set(vnodes)}
+        self.my_leader = self.leader[myv]
+        # Only channels that span nodes relay panels through slots node peers read.
+        self.sync_node = self.multi_node and len(self.node_members) > 1
+        self.roles = [self._role(root) for root in range(comm.Get_size())]
         peer_cls, bcast_cls = select_paths(backend, cuda_aware)
         self.intra = comm.Split(myv, self.me)
         self.peers: PeerMemory = peer_cls(self.intra, backend)
@@ -104,7 +125,7 @@ class PanelChannel:
             # Where each node peer's ring starts inside its exported buffer.
             self.peer_block_nbytes = self.intra.allgather(block_nbytes)
             if self.multi_node:
-                if self.intra.Get_size() > 1:
+                if self.sync_node:
                     self.peers.export_events(self.ring)
                 for root in range(comm.Get_size()):
                     self.leaders[root] = self._leaders_comm(root)
@@ -113,18 +134,31 @@ class PanelChannel:
             raise
 
     # -- set-up ---------------------------------------------------------------
+    def _role(self, root: int):
+        """The method that fetches ``root``'s panels on this rank."""
+        if root == self.me:
+            return self._own
+        if self.vnodes[root] == self.vnodes[self.me]:
+            return self._pull_from_root
+        if self.my_leader == self.me:
+            return self._relay
+        return self._pull_from_leader
+
     def _leaders_comm(self, root: int) -> MPI.Comm:
         """Collective over ``comm``: {root} and the leader of every other node."""
         me, vnodes = self.me, self.vnodes
-        member = me == root or (vnodes[me] != vnodes[root] and self.leader[vnodes[me]] == me)
+        member = me == root or (vnodes[me] != vnodes[root] and self.my_leader == me)
         return self.comm.Split(0 if member else MPI.UNDEFINED, 0 if me == root else me + 1)
 
     def intra_rank(self, member: int) -> int:
+        """Rank in the node communicator of ``member`` (a rank in ``comm`` on this node)."""
         return self.node_members.index(member)
 
     # -- the step -------------------------------------------------------------
-    def fetch(self, root: int, offset: int, nbytes: int, slot: int, slot_free) -> Transfer:
+    def fetch(self, root: int, offset: int, nbytes: int, step: int, slot_free) -> Transfer:
         """Bring ``nbytes`` at ``offset`` of ``root``'s block here.
+
+        Collective over ``comm``: every member fetches the same panels in the same order.
 
         Parameters
         ----------
@@ -132,11 +166,11 @@ class PanelChannel:
             Owner of the panel (rank in ``comm``).
         offset, nbytes : int
             The panel inside the root's block, in bytes.
-        slot : int
-            Ring slot to receive into, taken modulo this channel's ring: pass the
-            step index (a channel between nodes keeps at least two slots).
+        step : int
+            The step index: the ring slot to receive into is ``step`` modulo this
+            channel's ring (a channel between nodes keeps at least two slots).
         slot_free : event or None
-            Recorded after the last GEMM that read ``slot``.
+            Recorded after the last GEMM that read that slot.
 
         Returns
         -------
@@ -144,49 +178,60 @@ class PanelChannel:
             The panel as a byte view (the root's own block, or the slot) and the
             event after which it is ready.
         """
+        return self.roles[root](root, offset, nbytes, step % self.ring, slot_free)
+
+    def _own(self, root: int, offset: int, nbytes: int, slot: int, slot_free) -> Transfer:
+        """The panel is mine: use it in place; across nodes, send it to the other nodes' leaders."""
+        panel = self.block[offset : offset + nbytes]
+        if self.multi_node:
+            self.bcast.send(self.leaders[root], panel)
+        if self.sync_node:
+            self.intra.Barrier()
+        return Transfer(panel, None, self.world_ranks[root], "self", 0)
+
+    def _pull_from_root(self, root: int, offset: int, nbytes: int, slot: int, slot_free) -> Transfer:
+        """The root is on my node: copy the panel out of its block."""
         be, stream = self.backend, self.backend.comm_stream
-        me, vnodes = self.me, self.vnodes
-        slot = slot % self.ring
-        sync_node = self.multi_node and self.intra.Get_size() > 1
-        if root == me:
-            if self.multi_node and self.leaders[root].Get_size() > 1:
-                self.bcast.send(self.leaders[root], self.block[offset : offset + nbytes])
-            if sync_node:
-                self.intra.Barrier()
-            return Transfer(self.block[offset : offset + nbytes], None, self.world_ranks[me], "self", 0)
         dst = self.slots[slot][:nbytes]
-        if vnodes[root] == vnodes[me]:
-            be.wait(stream, slot_free)
-            self.peers.pull(dst, self.intra_rank(root), offset, nbytes, stream)
-            ready = be.event(stream)
-            if sync_node:
-                self.intra.Barrier()
-            return Transfer(dst, ready, self.world_ranks[root], self.peers.path, nbytes)
-        leader = self.leader[vnodes[me]]
-        if me == leader:
-            # MPI writes from the host: the slot must be free now, not "later on a stream".
-            be.event_synchronize(slot_free)
-            if sync_node:
-                for peer in range(self.intra.Get_size()):
-                    if peer != self.intra.Get_rank():
-                        self.peers.sync_peer_event(peer, slot)
-            ready = self.bcast.receive(self.leaders[root], dst)
-            if sync_node:
-                if ready is None:
-                    ready = be.event(stream)
-                self.peers.record(slot, stream)
-                self.intra.Barrier()
-            return Transfer(dst, ready, self.world_ranks[root], self.bcast.path, nbytes)
-        # A rank of a remote node: take the panel from our leader's ring slot.
-        self.intra.Barrier()
         be.wait(stream, slot_free)
-        lead = self.intra_rank(leader)
+        self.peers.pull(dst, self.intra_rank(root), offset, nbytes, stream)
+        ready = be.event(stream)
+        if self.sync_node:
+            self.intra.Barrier()
+        return Transfer(dst, ready, self.world_ranks[root], self.peers.path, nbytes)
+
+    def _relay(self, root: int, offset: int, nbytes: int, slot: int, slot_free) -> Transfer:
+        """The root is on another node and I lead mine: receive through MPI into a slot my peers read."""
+        be, stream = self.backend, self.backend.comm_stream
+        dst = self.slots[slot][:nbytes]
+        # MPI writes from the host: the slot must be free now, not "later on a stream".
+        be.event_synchronize(slot_free)
+        if self.sync_node:
+            # ... and my node peers must have finished copying what it held before.
+            for peer in range(self.intra.Get_size()):
+                if peer != self.intra.Get_rank():
+                    self.peers.sync_peer_event(peer, slot)
+        ready = self.bcast.receive(self.leaders[root], dst)
+        if self.sync_node:
+            if ready is None:
+                ready = be.event(stream)
+            self.peers.record(slot, stream)
+            self.intra.Barrier()
+        return Transfer(dst, ready, self.world_ranks[root], self.bcast.path, nbytes)
+
+    def _pull_from_leader(self, root: int, offset: int, nbytes: int, slot: int, slot_free) -> Transfer:
+        """The root is on another node: copy the panel out of my leader's slot once it is there."""
+        be, stream = self.backend, self.backend.comm_stream
+        dst = self.slots[slot][:nbytes]
+        self.intra.Barrier()  # the leader has recorded its event for this slot
+        be.wait(stream, slot_free)
+        lead = self.intra_rank(self.my_leader)
         self.peers.wait_peer_event(stream, lead, slot)
         src = self.peer_block_nbytes[lead] + slot * self.slot_nbytes
         self.peers.pull(dst, lead, src, nbytes, stream)
         ready = be.event(stream)
         self.peers.record(slot, stream)
-        return Transfer(dst, ready, self.world_ranks[leader], self.peers.path, nbytes)
+        return Transfer(dst, ready, self.world_ranks[self.my_leader], self.peers.path, nbytes)
 
     def close(self) -> None:
         """Collective over ``comm``: free the leaders' communicators, the mappings, the memory."""

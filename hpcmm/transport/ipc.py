@@ -18,47 +18,70 @@ closed its mapping (``close`` ends with a barrier before freeing).
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 from mpi4py import MPI
 
 __all__ = ["IpcPeerMemory", "ShmPeerMemory", "PeerMemory"]
 
 
-class PeerMemory:
-    """One interface for the two same-node paths."""
+class PeerMemory(abc.ABC):
+    """One interface for the two same-node paths.
 
-    path = "abstract"
+    Parameters
+    ----------
+    intra : MPI.Comm
+        The ranks of one (virtual) node that read each other's memory.
+    backend : Backend
+
+    Attributes
+    ----------
+    path : str
+        The path's name in the results file (``ipc`` or ``shm``).
+    """
+
+    path: str
 
     def __init__(self, intra: MPI.Comm, backend) -> None:
         self.intra = intra
         self.backend = backend
 
+    @abc.abstractmethod
     def allocate(self, nbytes: int):
         """Collective: a local byte buffer of ``nbytes`` that node peers can read."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement allocate")
 
+    @abc.abstractmethod
     def pull(self, dst, peer: int, offset: int, nbytes: int, stream=None) -> None:
-        """Copy ``nbytes`` from ``peer``'s buffer at ``offset`` into ``dst``."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement pull")
+        """Copy ``nbytes`` from ``peer``'s buffer at ``offset`` into ``dst`` (on ``stream``)."""
 
+    @abc.abstractmethod
     def export_events(self, count: int) -> None:
-        """Collective: make ``count`` events each peer can wait on (GPU only)."""
+        """Collective: make ``count`` events of this rank that each peer can wait on."""
 
+    @abc.abstractmethod
     def record(self, index: int, stream) -> None:
         """Record this rank's exported event ``index`` on ``stream``."""
 
+    @abc.abstractmethod
     def wait_peer_event(self, stream, peer: int, index: int) -> None:
         """Make ``stream`` wait for ``peer``'s exported event ``index``."""
 
+    @abc.abstractmethod
     def sync_peer_event(self, peer: int, index: int) -> None:
         """Block the host until ``peer``'s exported event ``index`` has happened."""
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Collective: unmap peers' memory, then free this rank's."""
 
 
 class ShmPeerMemory(PeerMemory):
-    """CPU: peers' buffers are segments of one MPI shared-memory window."""
+    """CPU: peers' buffers are segments of one MPI shared-memory window.
+
+    A host copy is over when :meth:`pull` returns, so the events are empty: the
+    node barrier of a relay step alone orders a slot's writer and its readers.
+    """
 
     path = "shm"
 
@@ -73,11 +96,22 @@ class ShmPeerMemory(PeerMemory):
         for peer in range(self.intra.Get_size()):
             buf, _ = self.win.Shared_query(peer)
             self.views.append(np.frombuffer(buf, dtype=np.uint8))
-        local = self.views[self.intra.Get_rank()][:nbytes]
-        return local
+        return self.views[self.intra.Get_rank()][:nbytes]
 
     def pull(self, dst, peer: int, offset: int, nbytes: int, stream=None) -> None:
         dst[:nbytes] = self.views[peer][offset : offset + nbytes]
+
+    def export_events(self, count: int) -> None:
+        pass
+
+    def record(self, index: int, stream) -> None:
+        pass
+
+    def wait_peer_event(self, stream, peer: int, index: int) -> None:
+        pass
+
+    def sync_peer_event(self, peer: int, index: int) -> None:
+        pass
 
     def close(self) -> None:
         if self.win is not None:
@@ -87,82 +121,63 @@ class ShmPeerMemory(PeerMemory):
 
 
 class IpcPeerMemory(PeerMemory):
-    """GPU: peers' device buffers opened once through CUDA IPC handles."""
+    """GPU: peers' device buffers opened once through CUDA IPC handles (all CUDA calls via the backend)."""
 
     path = "ipc"
 
     def __init__(self, intra: MPI.Comm, backend) -> None:
         super().__init__(intra, backend)
-        self.cupy = backend.cupy
-        self.rt = backend.cupy.cuda.runtime
-        self.memory = None
+        self.memory = None  # this rank's exported buffer
         self.peer_ptrs: list[int | None] = []
         self.events = []
         self.peer_events: list[list[int] | None] = []
 
     def allocate(self, nbytes: int):
-        cupy = self.cupy
-        with self.backend.device:
-            self.memory = cupy.cuda.memory.Memory(max(nbytes, 1))  # outside the pool
-            local = cupy.ndarray((nbytes,), dtype=np.uint8,
-                                 memptr=cupy.cuda.MemoryPointer(self.memory, 0))
-        self.backend.extra_device_bytes = getattr(self.backend, "extra_device_bytes", 0) + max(nbytes, 1)
-        handle = self.rt.ipcGetMemHandle(self.memory.ptr)
-        handles = self.intra.allgather(bytes(handle))
+        self.memory, handle = self.backend.allocate_exported(nbytes)
+        handles = self.intra.allgather(handle)
         me = self.intra.Get_rank()
         self.peer_ptrs = []
         try:
-            with self.backend.device:
-                for peer, h in enumerate(handles):
-                    # Lazy peer access: the driver enables NVLink/P2P for peers on other GPUs.
-                    self.peer_ptrs.append(None if peer == me else self.rt.ipcOpenMemHandle(h))
+            for peer, h in enumerate(handles):
+                self.peer_ptrs.append(None if peer == me else self.backend.open_exported(h))
         except Exception:
             self._close_mappings()
             raise
-        return local
+        return self.memory
 
     def pull(self, dst, peer: int, offset: int, nbytes: int, stream=None) -> None:
         if nbytes == 0:
             return
         stream = stream if stream is not None else self.backend.comm_stream
-        src = self.peer_ptrs[peer] + offset
-        self.rt.memcpyAsync(dst.data.ptr, src, nbytes, self.rt.memcpyDeviceToDevice, stream.ptr)
+        self.backend.copy_from_address(dst, self.peer_ptrs[peer] + offset, nbytes, stream)
 
     def export_events(self, count: int) -> None:
-        cupy = self.cupy
-        with self.backend.device:
-            self.events = [cupy.cuda.Event(disable_timing=True, interprocess=True) for _ in range(count)]
-            for ev in self.events:
-                ev.record(self.backend.comm_stream)  # a recorded event is safe to wait on
-            self.backend.comm_stream.synchronize()
-        handles = [bytes(self.rt.ipcGetEventHandle(ev.ptr)) for ev in self.events]
-        everyone = self.intra.allgather(handles)
+        self.events, handles = self.backend.exported_events(count, self.backend.comm_stream)
+        by_peer = self.intra.allgather(handles)
         me = self.intra.Get_rank()
-        with self.backend.device:
-            self.peer_events = [
-                None if peer == me else [self.rt.ipcOpenEventHandle(h) for h in hs]
-                for peer, hs in enumerate(everyone)
-            ]
+        self.peer_events = [
+            None if peer == me else [self.backend.open_peer_event(h) for h in peer_handles]
+            for peer, peer_handles in enumerate(by_peer)
+        ]
 
     def record(self, index: int, stream) -> None:
         self.events[index].record(stream)
 
     def wait_peer_event(self, stream, peer: int, index: int) -> None:
-        self.rt.streamWaitEvent(stream.ptr, self.peer_events[peer][index], 0)
+        self.backend.wait_peer_event(stream, self.peer_events[peer][index])
 
     def sync_peer_event(self, peer: int, index: int) -> None:
-        self.rt.eventSynchronize(self.peer_events[peer][index])
+        self.backend.synchronize_peer_event(self.peer_events[peer][index])
 
     def _close_mappings(self) -> None:
-        with self.backend.device:
-            for ptr in self.peer_ptrs:
-                if ptr is not None:
-                    self.rt.ipcCloseMemHandle(ptr)
-            self.peer_ptrs = []
-            for evs in self.peer_events:
-                for ev in evs or ():
-                    self.rt.eventDestroy(ev)
-            self.peer_events = []
+        for ptr in self.peer_ptrs:
+            if ptr is not None:
+                self.backend.close_exported(ptr)
+        self.peer_ptrs = []
+        for evs in self.peer_events:
+            for ev in evs or ():
+                self.backend.close_peer_event(ev)
+        self.peer_events = []
 
     def close(self) -> None:
         # Our own copies that read peers' memory must finish before we unmap it.
@@ -171,7 +186,7 @@ class IpcPeerMemory(PeerMemory):
         # Nobody frees exported memory while a peer may still read it.
         self.intra.Barrier()
         if self.memory is not None:
-            self.backend.extra_device_bytes -= self.memory.size
+            self.backend.release_exported(self.memory)
         self.memory = None
         self.events = []
 

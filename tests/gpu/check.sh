@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check of hpcmm in one call, on a node with (at least) 2 GPUs.
 #
-#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers quickbench (default: what the kit holds)
+#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers quickbench shared (default: what the kit holds)
+#   (shared: tests/gpu/shared_gpu_check.sh, ranks sharing GPUs with and without MPS; only when named)
 #   CHECK_TIMEOUT (s per product run), CHECK_SIZES (MiB list for bench transport),
 #   CHECK_PYTEST_ARGS / CHECK_PYTEST_TIMEOUT (the GPU-marked tests) tune its length.
 #
@@ -51,7 +52,8 @@ with h5py.File(sys.argv[1], "r") as f:
     s = f["summary"].attrs
     paths = ",".join(p.decode() if isinstance(p, bytes) else p for p in s["paths"])
     print(f"verified={bool(s['verified'])} paths={paths or '-'} tflops={s['tflops']:.2f} "
-          f"exposed={100 * s['exposed_comm_fraction']:.2f}% residual={s['residual']:.1e}")
+          f"exposed={100 * s['exposed_comm_fraction']:.2f}% host={100 * s.get('host_overhead_fraction', 0):.2f}% "
+          f"residual={s['residual']:.1e} detectable={s.get('verify_detectable', float('nan')):.1e}")
 PY
 )
     detail="$detail $facts"
@@ -94,10 +96,21 @@ run_mode() {
       check system n2-rpn1-auto-stages 0 staged -- mpiexec -n 2 python3 -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 1 --cuda-aware-mpi auto --quiet
       # reliability on the GPU: a problem that cannot fit is refused before allocation (exit 2)
       check system refuse-too-big 2 - -- mpiexec -n 2 python3 -m hpcmm --m 300000 --n 300000 --k 300000 --quiet
+      # a wrong low-precision product must fail (C[0,0] + 100 from the test hook): exit 1
+      HPCMM_FAULT=0:corrupt check system f16-wrong-c-fails 1 - -- mpiexec -n 2 python3 -m hpcmm --dtype float16 --quiet
+      check system f16-right 0 ipc -- mpiexec -n 2 python3 -m hpcmm --dtype float16 --m 16384 --n 16384 --k 16384 --quiet
+      check system tf32-right 0 ipc -- mpiexec -n 2 python3 -m hpcmm --dtype float32 --tf32 --m 16384 --n 16384 --k 16384 --quiet
       grep -a "does not fit" "$log" | tail -1 | sed 's/^/    /' >> "$table"
       echo "=== [system] bench transport" >> "$log"
       mpiexec -n 2 python3 -m hpcmm bench transport --sizes "${CHECK_SIZES:-1,4,16,64,256,1024}" --out "$work/transport-system.h5" --overwrite >> "$log" 2>&1
       record system "bench transport" "$([ $? = 0 ] && echo PASS || echo FAIL)" "$work/transport-system.h5"
+      # The verification's power with cuBLAS's own products: wrong products fail, 1000 right ones
+      # per type pass (float64, float32, TF32, float16, complex64, complex128 at k up to 32768).
+      echo "=== [system] verification power on the GPU" >> "$log"
+      local tv=$SECONDS
+      timeout "${CHECK_PYTEST_TIMEOUT:-1200}" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_verify_power.py >> "$log" 2>&1
+      local rv=$?
+      record system "verify power (gpu)" "$([ $rv = 0 ] && echo PASS || echo FAIL)" "rc=$rv $((SECONDS - tv))s $(grep -aE '[0-9]+ (passed|failed)' "$log" | tail -1)"
       echo "=== [system] pytest -m gpu" >> "$log"
       local t0=$SECONDS
       timeout "${CHECK_PYTEST_TIMEOUT:-1200}" python3 -m pytest -q -m "gpu" -p no:cacheprovider ${CHECK_PYTEST_ARGS:-tests} >> "$log" 2>&1
@@ -134,6 +147,11 @@ run_mode() {
       source .device/env.sh system >> "$log" 2>&1 || { record quickbench setup FAIL "env.sh"; return; }
       bench n2-32768 2 "float64:32768" --no-peers
       bench n1-16384 1 "float64:16384" --no-peers
+      ;;
+    shared)
+      OUT=$OUT/shared bash tests/gpu/shared_gpu_check.sh >> "$log" 2>&1
+      local rc=$?
+      record shared "shared_gpu_check.sh" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$rc failed; table in $OUT/shared/table.txt"
       ;;
     *) record "$mode" "unknown mode" FAIL "" ;;
   esac

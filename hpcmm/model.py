@@ -1,0 +1,1191 @@
+"""A cost model of hpcmm as built: the time of one product, without running it.
+
+Pure (numpy and the plan's own geometry, no MPI): it takes the problem, the
+grid, the placement of ranks on nodes, the panel and prefetch, and a
+:class:`Machine`, and replays what :mod:`hpcmm.engine` and
+:mod:`hpcmm.transport.channel` do, step by step, for every rank at once:
+
+* the plan is :func:`hpcmm.algorithms.summa_plan` itself (ramp included) and
+  the panel :func:`hpcmm.algorithms.auto_panel` itself;
+* the host loop of the engine: panels ``0 … prefetch-1`` fetched first, then
+  per step the GEMM is queued and the fetch of step ``s + prefetch`` follows
+  (it waits for GEMM ``s - 1``, which released its slot);
+* per channel and step, every member's role: the root sends (or does nothing),
+  a member on the root's node pulls over IPC (``ipc``/``shm``), the lowest
+  member of every other node (the leader) receives through an MPI broadcast
+  among {root, leaders} (``mpi`` or ``staged``), and the other members of that
+  node pull from the leader's ring slot after the node's barrier;
+* MPI transfers and barriers block the host, IPC pulls run on the
+  communication stream; the compute stream waits on the panels' ready events;
+  on a CPU everything blocks the host;
+* the GEMM rate by local shape (a fitted curve per type, plus the pass over C
+  that ``beta = 1`` costs), ranks that share a device share its rate;
+* links are shared: pulls from one source device share its port, broadcasts
+  through one NIC share it, staged transfers share the host's MPI.
+
+Worked example: ``predict(Problem(8192, 8192, 8192, "float64"), ranks=2,
+machine=builtin("h200x2"))`` gives a 2×1 grid, one B panel per step over IPC,
+and a time a few per cent above the GEMM alone (the first, narrow panel's pull
+and the narrow ramp GEMMs).
+
+Beside hpcmm's own algorithm (``summa``) it predicts two designs that do not
+exist in the code yet (:func:`predict` with ``algo``): ``split-relay`` (a
+crossing panel cut into one piece per node member, each on its own NIC,
+gathered in the node over IPC) and ``2.5d:C`` (k cut over C layers of the node,
+partial C reduced over IPC at the end).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+
+import numpy as np
+
+from .algorithms import auto_panel, summa_plan
+from .errors import InputError
+from .layout import Grid, Layout
+
+__all__ = [
+    "ALGOS", "BUILTIN", "GemmCurve", "Machine", "Prediction", "Problem", "builtin",
+    "compute_dims", "fit_gemm_curve", "fit_link", "load_machine", "predict",
+]
+
+#: Bytes per element; ``tf32`` is float32 on tensor cores, ``bfloat16`` a 2-byte type.
+ITEMSIZE = {"float64": 8, "float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2,
+            "complex128": 16, "complex64": 8}
+ALGOS = ("summa", "split-relay", "2.5d", "auto")
+_SELF, _PULL, _LEADER, _FOLLOWER = 0, 1, 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmCurve:
+    """Local GEMM time of one type on one device.
+
+    ``t = launch + flops / (rate · m/(m+half_m) · n/(n+half_n) · w/(w+half_k))``
+    plus the pass over C (see :meth:`Machine.gemm_seconds`).
+
+    Attributes
+    ----------
+    tflops : float
+        Rate of large products (TFLOP/s of one device).
+    half_m, half_n, half_k : float
+        The extent at which that dimension alone halves the rate.
+    launch_us : float
+        Fixed cost of one call.
+    """
+
+    tflops: float
+    half_m: float = 128.0
+    half_n: float = 128.0
+    half_k: float = 64.0
+    launch_us: float = 8.0
+    unaligned: float = 1.0
+
+    def factor(self, m, n, itemsize: int):
+        """Rate factor: cuBLAS runs slower when a leading dimension is not a multiple of 16 bytes."""
+        a = max(1, 16 // itemsize)
+        return np.where((np.asarray(m) % a == 0) & (np.asarray(n) % a == 0), 1.0, self.unaligned)
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """What the model knows of a machine.  GB/s are 1e9 bytes per second, one direction.
+
+    Attributes
+    ----------
+    name, description, source : str
+        What it is and where its figures come from.
+    device : str
+        ``gpu`` (streams overlap transfers with GEMMs) or ``cpu`` (everything blocks).
+    devices_per_node : int
+        GPUs of a node (1 for a CPU host: its BLAS uses every core).
+    hosts : int
+        1 for a single machine (every rank on it, nodes only virtual); 0: as many as needed.
+    memory_gib : float
+        Memory of one device.
+    memory_gbps : float
+        Bytes read plus written per second by one device (the pass over C each step).
+    gemm : dict of str to GemmCurve
+        By type (``float64``, ``float32``, ``tf32``, ``float16``, ``bfloat16``, ``complex128``, ``complex64``).
+    intra_gbps, intra_latency_us : float
+        A pull between two devices of a node (``ipc``/``shm``); a device's port is
+        shared by the pulls from it (and into it).
+    local_gbps : float
+        A copy inside one device (ranks that share a device).
+    net_gbps, net_latency_us : float
+        The ``mpi`` path between nodes, per NIC.
+    nics_per_node : int
+        NICs of a node; a rank uses NIC ``(local rank) % nics_per_node``.
+    staged_gbps, staged_latency_us : float
+        The ``staged`` path (device → pinned host → MPI → device) of one pair.
+    staged_host_gbps : float
+        What all staged transfers of one host move together (the host MPI).
+    bcast_efficiency, staged_bcast_efficiency : float
+        Share of the link rate a receiver gets in a broadcast among more than two
+        (``mpi`` and ``staged``): 0.5 for scatter + allgather; an MPI that segments
+        device buffers into small pieces gets less.
+    shared_mpi_us : float
+        Extra time of an ``mpi`` broadcast whose ranks time-slice their devices with
+        other ranks (device-buffer MPI between time-sliced contexts).
+    cuda_aware : bool
+        Whether the MPI takes device buffers (``mpi``) or hpcmm stages (``staged``).
+    shared_device_efficiency : float
+        Rate kept when several ranks time-slice one device.
+    host_step_us : float
+        Host time of one channel's fetch call (Python, MPI bookkeeping).
+    accumulate_passes : float
+        Passes over C of an accumulating GEMM (2 on GPUs: read and write; 4 with numpy's temporary).
+    """
+
+    name: str
+    description: str = ""
+    source: str = ""
+    device: str = "gpu"
+    devices_per_node: int = 1
+    hosts: int = 0
+    memory_gib: float = 80.0
+    memory_gbps: float = 4000.0
+    gemm: dict = dataclasses.field(default_factory=dict)
+    intra_gbps: float = 300.0
+    intra_latency_us: float = 10.0
+    local_gbps: float = 2000.0
+    net_gbps: float = 25.0
+    net_latency_us: float = 5.0
+    nics_per_node: int = 1
+    staged_gbps: float = 10.0
+    staged_latency_us: float = 50.0
+    staged_host_gbps: float = 20.0
+    bcast_efficiency: float = 0.5
+    staged_bcast_efficiency: float = 0.5
+    shared_mpi_us: float = 0.0
+    cuda_aware: bool = True
+    shared_device_efficiency: float = 0.85
+    host_step_us: float = 25.0
+    accumulate_passes: float = 2.0
+
+    def __post_init__(self) -> None:
+        curves = {k: (v if isinstance(v, GemmCurve) else GemmCurve(**v)) for k, v in self.gemm.items()}
+        object.__setattr__(self, "gemm", curves)
+        for name in ("devices_per_node", "nics_per_node"):
+            if getattr(self, name) < 1:
+                raise InputError(f"machine {self.name}: {name}={getattr(self, name)} must be at least 1")
+        for name in ("memory_gbps", "intra_gbps", "local_gbps", "net_gbps", "staged_gbps",
+                     "staged_host_gbps", "shared_device_efficiency",
+                     "bcast_efficiency", "staged_bcast_efficiency"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"machine {self.name}: {name}={getattr(self, name)} must be positive")
+        if self.device not in ("gpu", "cpu"):
+            raise InputError(f"machine {self.name}: device={self.device!r}: expected gpu or cpu")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    def replace(self, **changes) -> "Machine":
+        return dataclasses.replace(self, **changes)
+
+    def curve(self, dtype: str) -> GemmCurve:
+        if dtype not in self.gemm:
+            raise InputError(f"machine {self.name} has no GEMM rate for {dtype} (has {', '.join(self.gemm)})")
+        return self.gemm[dtype]
+
+    def gemm_seconds(self, m, n, w, dtype: str, accumulate):
+        """Seconds of ``C (+)= A·B`` with A m×w, B w×n on one device (arrays broadcast)."""
+        c = self.curve(dtype)
+        m, n, w = (np.asarray(x, dtype=float) for x in (m, n, w))
+        flops = (8.0 if dtype.startswith("complex") else 2.0) * m * n * w
+        eff = (m / (m + c.half_m)) * (n / (n + c.half_n)) * (w / (w + c.half_k)) * c.factor(m, n, ITEMSIZE[dtype])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            compute = np.where(flops > 0, flops / (c.tflops * 1e12 * np.maximum(eff, 1e-300)), 0.0)
+        passes = np.where(accumulate, self.accumulate_passes, 1.0)
+        memory = passes * m * n * ITEMSIZE[dtype] / (self.memory_gbps * 1e9)
+        return np.where(m * n > 0, c.launch_us * 1e-6 + compute + memory, 0.0)
+
+
+def _h200_gemm() -> dict:
+    # Fitted to hpcmm's own GEMM-bound runs on the H200s (docs/benchmarks.md: float64 at one rank
+    # 16384, at two ranks 8192, 16384, 32768 within 4 %; odd leading dimensions at 78 % from the
+    # 10007x6001x3001 and 30011x20011x16411 rows); other types scaled from the one-GPU ceilings
+    # (shared/device/README.md: tf32 224.8 column-major through hpcmm, float16 1273 on two GPUs).
+    rates = {"float64": 60.0, "float32": 57.0, "tf32": 235.0, "float16": 700.0, "bfloat16": 700.0,
+             "complex128": 60.0, "complex64": 57.0}
+    return {t: {"tflops": r, "half_m": 32.0, "half_n": 32.0, "half_k": 32.0, "launch_us": 8.0,
+                "unaligned": 0.78} for t, r in rates.items()}
+
+
+#: Built-in descriptions (``--machine NAME``).  Each names where its figures come from.
+BUILTIN: dict[str, dict] = {
+    "h200x2": dict(
+        name="h200x2",
+        description="the 2 x H200 test machine (NV18 NVLink), one host; nodes only virtual",
+        source="docs/benchmarks.md (bench transport and GEMM-bound products, 2026-11-29); staged_host_gbps "
+               "and the broadcast figures fitted to the virtual-node runs there; replace by `model measure`",
+        device="gpu", devices_per_node=2, hosts=1, memory_gib=139.3, memory_gbps=4170.0,
+        gemm=_h200_gemm(), intra_gbps=394.6, intra_latency_us=11.0, local_gbps=2085.0,
+        # "Between nodes" here is one host's MPI: CUDA-aware UCX over NVLink, each GPU's port a "NIC".
+        net_gbps=385.2, net_latency_us=100.0, nics_per_node=2, bcast_efficiency=0.1,
+        staged_gbps=5.9, staged_latency_us=120.0, staged_host_gbps=14.0, staged_bcast_efficiency=1.0,
+        cuda_aware=False, shared_device_efficiency=0.85, shared_mpi_us=200.0, host_step_us=25.0),
+    "h200x8-ndr": dict(
+        name="h200x8-ndr",
+        description="8 x H200 SXM per node on NVSwitch, 8 x 400 Gb/s NICs (one per GPU, GPUDirect RDMA)",
+        source="H200 GEMM and IPC rates as measured on h200x2; NIC 400 Gb/s = 50 GB/s, 45 GB/s taken as "
+               "what MPI moves; NVLink 4 port 450 GB/s, 396 GB/s taken (the IPC pull measured on NV18)",
+        device="gpu", devices_per_node=8, hosts=0, memory_gib=139.3, memory_gbps=4170.0,
+        gemm=_h200_gemm(), intra_gbps=396.0, intra_latency_us=11.0, local_gbps=2085.0,
+        net_gbps=45.0, net_latency_us=6.0, nics_per_node=8,
+        staged_gbps=20.0, staged_latency_us=40.0, staged_host_gbps=80.0,
+        cuda_aware=True, shared_device_efficiency=0.85, host_step_us=25.0),
+    # Published clusters (docs/scaling.md, section 2): described to put hpcmm beside their results.
+    "daint-p100": dict(
+        name="daint-p100",
+        description="Piz Daint GPU partition (Cray XC50): one P100 16 GB per node, one Aries NIC, "
+                    "CUDA-aware Cray MPI",
+        source="P100 DGEMM 4.05 TFLOP/s = 0.9 x the 4500 GFLOP/s node peak of the COSMA README's CP2K table "
+               "(github.com/eth-cscs/COSMA docs/cp2k-results-128.pdf; 0.9 is what hpcmm's H200 curve keeps of "
+               "the H200's 67); HBM2 732 GB/s (NVIDIA P100 datasheet), 0.87 of it as on the H200; Aries NIC "
+               "behind a PCIe 3.0 x16 host link (Cray XC Series Network, WP-Aries01-1112), 10 GB/s taken; "
+               "latency 1.5 us taken",
+        device="gpu", devices_per_node=1, hosts=0, memory_gib=16.0, memory_gbps=640.0,
+        gemm={"float64": {"tflops": 4.05, "half_m": 32.0, "half_n": 32.0, "half_k": 32.0,
+                          "launch_us": 8.0, "unaligned": 0.78}},
+        intra_gbps=10.0, intra_latency_us=11.0, local_gbps=320.0,
+        net_gbps=10.0, net_latency_us=1.5, nics_per_node=1,
+        staged_gbps=6.0, staged_latency_us=40.0, staged_host_gbps=10.0,
+        cuda_aware=True, shared_device_efficiency=0.85, host_step_us=25.0),
+    "phoenix-cpu": dict(
+        name="phoenix-cpu",
+        description="Georgia Tech PACE-Phoenix CPU nodes of 24 cores, one rank per core with one BLAS "
+                    "thread, one NIC per node",
+        source="24 cores and 7 GB per core: the CA3DMM SC22 job scripts (github.com/scalable-matrix/CA3DMM "
+               "SC22_AD/job_scripts); DGEMM 70.4 GFLOP/s per core: the local DGEMM of the CA3DMM README's "
+               "one-node run at 24 ranks (2000x4000x2667 per rank in 605.6 ms); not stated in the sources "
+               "read, hence taken: 200 GB/s of memory per node shared by 24 cores, one 100 Gb/s "
+               "InfiniBand port (11 GB/s), same-node copies at half the memory rate (a copy reads and writes)",
+        device="cpu", devices_per_node=24, hosts=0, memory_gib=7.0, memory_gbps=8.2,
+        gemm={"float64": {"tflops": 0.0704, "half_m": 16.0, "half_n": 16.0, "half_k": 16.0,
+                          "launch_us": 5.0}},
+        intra_gbps=100.0, intra_latency_us=1.0, local_gbps=8.2,
+        net_gbps=11.0, net_latency_us=2.0, nics_per_node=1,
+        staged_gbps=8.2, staged_latency_us=2.0, staged_host_gbps=11.0,
+        cuda_aware=True, shared_device_efficiency=0.85, host_step_us=25.0, accumulate_passes=4.0),
+}
+
+
+def builtin(name: str) -> Machine:
+    """A built-in description by name."""
+    if name not in BUILTIN:
+        raise InputError(f"--machine={name}: no such built-in machine (have {', '.join(sorted(BUILTIN))}) "
+                         "and no such file")
+    return Machine(**BUILTIN[name])
+
+
+def load_machine(spec: str) -> Machine:
+    """``spec`` is a JSON file (a saved :class:`Machine`) or a built-in name."""
+    if os.path.isfile(spec):
+        try:
+            with open(spec, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--machine={spec}: cannot read a machine description ({exc})") from None
+        known = {f.name for f in dataclasses.fields(Machine)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InputError(f"--machine={spec}: unknown field(s) {', '.join(unknown)}")
+        try:
+            return Machine(**data)
+        except TypeError as exc:
+            raise InputError(f"--machine={spec}: {exc}") from None
+    return builtin(spec)
+
+
+# -- the problem and the placement ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """C (m×n) = A (m×k) · B (k×n) of ``dtype`` (``tf32``: float32 on tensor cores)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "float64"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ITEMSIZE:
+            raise InputError(f"--dtype={self.dtype!r}: expected one of {', '.join(ITEMSIZE)}")
+        for name in ("m", "n", "k"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name}={getattr(self, name)}: must be at least 1")
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.dtype]
+
+    @property
+    def flops(self) -> float:
+        return (8.0 if self.dtype.startswith("complex") else 2.0) * self.m * self.n * self.k
+
+
+def compute_dims(size: int) -> tuple[int, int]:
+    """The most square ``rows × cols`` with rows ≥ cols, as ``MPI.Compute_dims(size, 2)``.
+
+    >>> compute_dims(8), compute_dims(12), compute_dims(7)
+    ((4, 2), (4, 3), (7, 1))
+    """
+    cols = max(c for c in range(1, int(math.isqrt(size)) + 1) if size % c == 0)
+    return size // cols, cols
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where each rank sits: host, virtual node, device, NIC (arrays over ranks)."""
+
+    host: np.ndarray
+    vnode: np.ndarray
+    device: np.ndarray  # unique id over the whole job
+    nic: np.ndarray  # unique id over the whole job
+    sharers: np.ndarray  # ranks on this rank's device
+    ranks_per_host: int
+    ranks_per_node: int
+
+
+def place(ranks: int, machine: Machine, ranks_per_node: int | None = None,
+          ranks_per_host: int | None = None) -> Placement:
+    """Ranks fill hosts in order; ``ranks_per_node`` cuts each host into virtual nodes (``--ranks-per-node``).
+
+    A rank's device is its host-local rank modulo the devices (as the backend
+    picks it), its NIC the same modulo the NICs.
+    """
+    if ranks_per_host is None:
+        ranks_per_host = ranks if machine.hosts == 1 else min(ranks, machine.devices_per_node)
+    if ranks_per_host < 1:
+        raise InputError(f"--ranks-per-host={ranks_per_host}: must be at least 1")
+    if machine.hosts and -(-ranks // ranks_per_host) > machine.hosts:
+        raise InputError(f"{ranks} ranks at {ranks_per_host} per host need more than the "
+                         f"{machine.hosts} host(s) of {machine.name}")
+    r = np.arange(ranks)
+    host, local = r // ranks_per_host, r % ranks_per_host
+    rpn = ranks_per_node or ranks_per_host
+    group = local // rpn
+    groups_per_host = -(-ranks_per_host // rpn)
+    vnode = host * groups_per_host + group
+    _, vnode = np.unique(vnode, return_inverse=True)
+    device = host * machine.devices_per_node + local % machine.devices_per_node
+    nic = host * machine.nics_per_node + local % machine.nics_per_node
+    counts = np.bincount(device)
+    return Placement(host, vnode, device, nic, counts[device], ranks_per_host, rpn)
+
+
+# -- channels: every member's role, decided once per root --------------------------------
+
+
+@dataclasses.dataclass
+class _Roles:
+    role: np.ndarray  # _SELF, _PULL, _LEADER, _FOLLOWER per rank
+    source: np.ndarray  # rank it pulls from (root or leader), or itself
+    comm: np.ndarray  # id of the rank's communicator (row or column)
+    intra: np.ndarray  # id of (communicator, vnode): the node barrier's group
+    sync: np.ndarray  # bool: the channel spans nodes and the node has several members
+    bcast: np.ndarray  # bool: takes part in the broadcast among {root, leaders}
+    bcast_size: np.ndarray  # members of that broadcast
+    node_members: np.ndarray  # members of my vnode in this communicator
+
+
+def _roles(grid: Grid, pl: Placement, operand: str, root: int) -> _Roles:
+    """Roles in every row (A) or column (B) communicator for the panel owned by ``root``."""
+    P = grid.size
+    ranks = np.arange(P)
+    rows, cols = ranks // grid.cols, ranks % grid.cols
+    if operand == "A":  # row communicators, members by column, root = column a_root
+        comm, comm_members = rows, lambda c: c * grid.cols + np.arange(grid.cols)
+    else:  # column communicators, members by row, root = row b_root
+        comm, comm_members = cols, lambda c: np.arange(grid.rows) * grid.cols + c
+    role = np.full(P, _SELF)
+    source = ranks.copy()
+    sync = np.zeros(P, bool)
+    bcast = np.zeros(P, bool)
+    bcast_size = np.zeros(P, int)
+    node_members = np.zeros(P, int)
+    for c in np.unique(comm):
+        members = comm_members(c)
+        vn = pl.vnode[members]
+        rr = members[root]
+        multi = len(np.unique(vn)) > 1
+        leaders = {v: members[vn == v].min() for v in np.unique(vn)}
+        participants = [rr] + [leaders[v] for v in leaders if v != pl.vnode[rr]]
+        for mbr, v in zip(members, vn):
+            node_members[mbr] = int((vn == v).sum())
+            sync[mbr] = multi and node_members[mbr] > 1
+            if mbr == rr:
+                role[mbr] = _SELF
+            elif v == pl.vnode[rr]:
+                role[mbr], source[mbr] = _PULL, rr
+            elif mbr == leaders[v]:
+                role[mbr], source[mbr] = _LEADER, rr
+            else:
+                role[mbr], source[mbr] = _FOLLOWER, leaders[v]
+            if multi and mbr in participants and len(participants) > 1:
+                bcast[mbr], bcast_size[mbr] = True, len(participants)
+    intra = comm * (pl.vnode.max() + 1) + pl.vnode
+    return _Roles(role, source, comm, intra, sync, bcast, bcast_size, node_members)
+
+
+def _group_max(values: np.ndarray, groups: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """For every rank, the max of ``values`` over the masked ranks of its group (-inf if none)."""
+    out = np.full(groups.max() + 1 if groups.size else 1, -np.inf)
+    np.maximum.at(out, groups[mask], values[mask])
+    return out[groups]
+
+
+def _bcast_seconds(nbytes, size, gbps, latency_us, efficiency):
+    """MPI broadcast: one message between two; among more, each receiver gets ``efficiency`` of the rate."""
+    size = np.maximum(size, 2)
+    factor = np.where(size <= 2, 1.0, 1.0 / efficiency)
+    return np.ceil(np.log2(size)) * latency_us * 1e-6 + factor * nbytes / (gbps * 1e9)
+
+
+# -- the simulation ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """What the model says of one product.
+
+    Attributes
+    ----------
+    seconds : float
+        One product (the slowest rank, as ``/summary/seconds``).
+    tflops : float
+    gemm_seconds : float
+        GEMM time of the busiest rank.
+    exposed_seconds : float
+        Time the compute stream of the worst rank waited for panels (as ``exposed_comm_seconds``).
+    extra_seconds : float
+        Work after the SUMMA loop (the reduction of ``2.5d``), 0 for ``summa``.
+    grid, panel, prefetch, steps, algo :
+        What was modelled.
+    bytes_by_path : dict
+        Bytes received per product, by path (``ipc``, ``shm``, ``mpi``, ``staged``).
+    nic_bytes_max, nic_bytes_mean : float
+        Bytes through the busiest NIC and the mean over NICs (the leaders' NICs carry more).
+    nic_seconds_max : float
+        The busiest NIC's bytes at its rate: the floor the network sets.
+    notes : tuple of str
+    """
+
+    seconds: float
+    tflops: float
+    gemm_seconds: float
+    exposed_seconds: float
+    extra_seconds: float
+    grid: str
+    panel: int
+    prefetch: int
+    steps: int
+    algo: str
+    ranks: int
+    ranks_per_node: int
+    ranks_per_host: int
+    bytes_by_path: dict
+    nic_bytes_max: float
+    nic_bytes_mean: float
+    nic_seconds_max: float
+    notes: tuple = ()
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: int | None = None,
+            ranks_per_host: int | None = None, grid: tuple[int, int] | None = None,
+            panel: int | None = None, prefetch: int = 1, algo: str = "summa",
+            cuda_aware: bool | None = None) -> Prediction:
+    """Predict one product.  See the module docstring for what is modelled.
+
+    Parameters
+    ----------
+    problem : Problem
+    ranks : int
+    machine : Machine
+    ranks_per_node : int, optional
+        Virtual node size (``--ranks-per-node``); default: the ranks of a host.
+    ranks_per_host : int, optional
+        Ranks on one physical host; default: one per device (all of them on a one-host machine).
+    grid : (rows, cols), optional
+        Default :func:`compute_dims`.
+    panel : int, optional
+        Default :func:`hpcmm.algorithms.auto_panel`, as the engine chooses it.
+    prefetch : int
+    algo : str
+        ``summa`` (hpcmm as built), ``split-relay``, ``2.5d`` / ``2.5d:C``, or ``auto`` (the fastest).
+    cuda_aware : bool, optional
+        Default: the machine's.
+    """
+    if ranks < 1:
+        raise InputError(f"--ranks={ranks}: must be at least 1")
+    if prefetch < 0:
+        raise InputError(f"--prefetch={prefetch}: must be at least 0")
+    if algo == "auto":
+        options = [predict(problem, ranks, machine, ranks_per_node=ranks_per_node, ranks_per_host=ranks_per_host,
+                           grid=grid, panel=panel, prefetch=prefetch, algo=a, cuda_aware=cuda_aware)
+                   for a in _auto_candidates(ranks, machine, ranks_per_host)]
+        feasible = [p for p in options if math.isfinite(p.seconds)]
+        return min(feasible or options, key=lambda p: p.seconds)
+    if algo.startswith("2.5d"):
+        return _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch,
+                            cuda_aware)
+    if algo not in ("summa", "split-relay"):
+        raise InputError(f"--algo={algo!r}: expected one of summa, split-relay, 2.5d, 2.5d:C, auto")
+    return _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid, panel, prefetch, algo,
+                     machine.cuda_aware if cuda_aware is None else cuda_aware)
+
+
+def _auto_candidates(ranks, machine, ranks_per_host):
+    per_host = ranks_per_host or min(ranks, machine.devices_per_node)
+    out = ["summa", "split-relay"]
+    out += [f"2.5d:{c}" for c in (2, 4, 8) if per_host % c == 0 and ranks % c == 0 and c <= per_host]
+    return out
+
+
+def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shape, panel, prefetch, algo,
+              cuda_aware, notes=()):
+    grid = Grid(*(grid_shape or compute_dims(ranks)))
+    if grid.size != ranks:
+        raise InputError(f"--grid={grid}: {grid.size} ranks, not {ranks}")
+    layout = Layout(problem.m, problem.n, problem.k, grid)
+    on_gpu = machine.device == "gpu"
+    isz = problem.itemsize
+    if panel is None:
+        panel = auto_panel(layout, isz, on_gpu)
+    if panel > problem.k:
+        raise InputError(f"--panel={panel}: wider than k={problem.k}")
+    plan = summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1)
+    pl = place(ranks, machine, ranks_per_node, ranks_per_host)
+    P, S = ranks, len(plan)
+    ranks_arr = np.arange(P)
+    prow, pcol = ranks_arr // grid.cols, ranks_arr % grid.cols
+    m_loc = np.array([layout.extent(layout.rows(r)) for r in prow])
+    n_loc = np.array([layout.extent(layout.cols(c)) for c in pcol])
+    staged = on_gpu and not cuda_aware
+    path_net = "staged" if staged else "mpi"
+    path_intra = "ipc" if on_gpu else "shm"
+
+    roles = {("A", r): _roles(grid, pl, "A", r) for r in {s.a_root for s in plan}}
+    roles.update({("B", r): _roles(grid, pl, "B", r) for r in {s.b_root for s in plan}})
+    ring = prefetch + 1
+    ring_ch = {op: max(ring, 2) if any((roles[key].bcast.any()) for key in roles if key[0] == op) else ring
+               for op in ("A", "B")}
+
+    share = np.where(pl.sharers > 1, pl.sharers / machine.shared_device_efficiency, 1.0)
+    widths = np.array([s.width for s in plan])
+    gemm = np.stack([machine.gemm_seconds(m_loc, n_loc, w, problem.dtype, i > 0) * share
+                     for i, w in enumerate(widths)], axis=1) if S else np.zeros((P, 0))
+
+    host = np.zeros(P)
+    stream = np.zeros(P)  # the communication stream (== host on a CPU)
+    gend = np.full((P, S), np.nan)
+    ready = {op: np.zeros((P, S)) for op in ("A", "B")}
+    relay_end = {op: np.zeros((P, ring_ch[op])) for op in ("A", "B")}
+    bytes_by_path: dict[str, float] = {}
+    nic_bytes = np.zeros(pl.nic.max() + 1)
+    step_us = machine.host_step_us * 1e-6 if P > 1 else 0.0
+
+    def pull_seconds(nbytes, pulling, src):
+        """Pulls of this phase: a device's port is shared by the pulls from (and into) it."""
+        same = pl.device[src] == pl.device
+        dev_src, dev_dst = pl.device[src], pl.device
+        out_count = np.bincount(dev_src[pulling], minlength=pl.device.max() + 1)
+        in_count = np.bincount(dev_dst[pulling], minlength=pl.device.max() + 1)
+        crowd = np.maximum(np.maximum(out_count[dev_src], in_count[dev_dst]), 1)
+        gbps = np.where(same, machine.local_gbps, machine.intra_gbps) / crowd
+        return machine.intra_latency_us * 1e-6 + nbytes / (gbps * 1e9)
+
+    def net_gbps(receivers):
+        """Per-rank rate of this phase's network transfers: the receivers share a NIC (or, staged, the host)."""
+        if staged:
+            crowd = np.bincount(pl.host[receivers], minlength=pl.host.max() + 1)[pl.host]
+            return np.minimum(machine.staged_gbps, machine.staged_host_gbps / np.maximum(crowd, 1))
+        crowd = np.bincount(pl.nic[receivers], minlength=pl.nic.max() + 1)[pl.nic]
+        return machine.net_gbps / np.maximum(crowd, 1)
+
+    def fetch(f: int) -> None:
+        nonlocal host, stream
+        step = plan[f]
+        free = gend[:, f - prefetch - 1] if f - prefetch - 1 >= 0 else np.zeros(P)
+        for op, root, rows in (("A", step.a_root, m_loc), ("B", step.b_root, n_loc)):
+            ro = roles[(op, root)]
+            nbytes = (step.width * rows * isz).astype(float)
+            slot = f % ring_ch[op]
+            t = host + step_us
+            new_host, new_stream, rdy = t.copy(), stream.copy(), np.zeros(P)
+            pulls = ro.role == _PULL
+            split = algo == "split-relay" and ro.bcast.any()
+            # same node as the root: pull from its block
+            if pulls.any():
+                start = np.maximum.reduce([t, stream, free]) if on_gpu else t
+                end = start + pull_seconds(nbytes, pulls, ro.source)
+                new_stream = np.where(pulls, end, new_stream)
+                rdy = np.where(pulls, end, rdy)
+                if not on_gpu:
+                    new_host = np.where(pulls, end, new_host)
+                bytes_by_path[path_intra] = bytes_by_path.get(path_intra, 0.0) + nbytes[pulls].sum()
+            leaders = ro.role == _LEADER
+            followers = ro.role == _FOLLOWER
+            if split:
+                _split_relay(ro, nbytes, t, free, new_host, new_stream, rdy, nic_bytes, bytes_by_path,
+                             path_net, path_intra, machine=machine, pl=pl, on_gpu=on_gpu, staged=staged,
+                             stream=stream, net_gbps=net_gbps)
+            elif ro.bcast.any():
+                # leaders host-wait their slot and their peers' last pulls from it; the root is ready at once
+                peers_done = _group_max(relay_end[op][:, slot], ro.intra, followers)
+                arrive = np.where(leaders, np.maximum.reduce([t, free, np.maximum(peers_done, 0)]), t)
+                if staged:
+                    arrive = np.where(ro.bcast, np.maximum(arrive, stream), arrive)
+                gbps = net_gbps(leaders)
+                slowest = -_group_max(-gbps, ro.comm, ro.bcast)
+                lat = machine.staged_latency_us if staged else machine.net_latency_us
+                eff = machine.staged_bcast_efficiency if staged else machine.bcast_efficiency
+                start = _group_max(arrive, ro.comm, ro.bcast)
+                # the panel's bytes: the root's (receivers all get the same panel)
+                size = _group_max(nbytes, ro.comm, ro.bcast)
+                end = start + _bcast_seconds(size, ro.bcast_size, slowest, lat, eff)
+                if not staged and on_gpu:
+                    crowded = _group_max((pl.sharers > 1).astype(float), ro.comm, ro.bcast) > 0
+                    end = end + np.where(crowded, machine.shared_mpi_us * 1e-6, 0.0)
+                # (staged: the chunks' copies overlap the transfers; staged_gbps is measured end to end)
+                new_host = np.where(ro.bcast, end, new_host)
+                done = np.maximum(end, stream) if on_gpu else end
+                rdy = np.where(leaders, done, rdy)
+                new_stream = np.where(leaders, done, new_stream)
+                bytes_by_path[path_net] = bytes_by_path.get(path_net, 0.0) + nbytes[leaders].sum()
+                np.add.at(nic_bytes, pl.nic[leaders], nbytes[leaders])
+            if ro.sync.any() and not split:
+                # the node barrier of channels that span nodes: followers arrive before their pull
+                arrive_b = np.where(followers, t, new_host)
+                release = _group_max(arrive_b, ro.intra, ro.sync) + machine.intra_latency_us * 1e-6
+                new_host = np.where(ro.sync, np.maximum(new_host, release), new_host)
+                if followers.any():
+                    lead_ready = rdy[ro.source]
+                    start = np.maximum.reduce([new_host, new_stream, free, lead_ready]) if on_gpu \
+                        else np.maximum(new_host, lead_ready)
+                    end = start + pull_seconds(nbytes, followers, ro.source)
+                    new_stream = np.where(followers, end, new_stream)
+                    rdy = np.where(followers, end, rdy)
+                    relay_end[op][:, slot] = np.where(followers, end, relay_end[op][:, slot])
+                    if not on_gpu:
+                        new_host = np.where(followers, end, new_host)
+                    bytes_by_path[path_intra] = bytes_by_path.get(path_intra, 0.0) + nbytes[followers].sum()
+            host = new_host
+            stream = new_stream if on_gpu else new_host
+            ready[op][:, f] = rdy
+
+    wait = np.zeros((P, S))
+    # Ranks outside a phase's groups compute with ±inf placeholders that np.where discards.
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for f in range(min(prefetch, S)):
+            fetch(f)
+        previous = np.zeros(P)
+        for s in range(S):
+            if prefetch == 0:
+                fetch(s)
+            start = np.maximum.reduce([host, previous, ready["A"][:, s], ready["B"][:, s]])
+            gend[:, s] = start + gemm[:, s]
+            wait[:, s] = start - previous
+            previous = gend[:, s]
+            if not on_gpu:
+                host = gend[:, s].copy()
+                stream = host
+            if prefetch and s + prefetch < S:
+                fetch(s + prefetch)
+    seconds = float(gend[:, -1].max()) if S else 0.0
+    notes = list(notes)
+    if not _fits(problem, grid, panel, prefetch, machine, int(pl.sharers.max())):
+        # hpcmm refuses such a problem before it allocates (engine._check_memory)
+        notes.append(f"does not fit: {int(pl.sharers.max())} rank(s) per device need more than "
+                     f"{machine.memory_gib:g} GiB")
+        seconds = math.inf
+    nic_rate = machine.staged_gbps if staged else machine.net_gbps
+    used = nic_bytes[nic_bytes > 0]
+    return Prediction(
+        seconds=seconds, tflops=problem.flops / seconds / 1e12 if 0 < seconds < math.inf else 0.0,
+        gemm_seconds=float(gemm.sum(axis=1).max()), exposed_seconds=float(wait.sum(axis=1).max()),
+        extra_seconds=0.0, grid=str(grid), panel=int(panel), prefetch=prefetch, steps=S, algo=algo,
+        ranks=P, ranks_per_node=pl.ranks_per_node, ranks_per_host=pl.ranks_per_host,
+        bytes_by_path={k: float(v) for k, v in sorted(bytes_by_path.items()) if v},
+        nic_bytes_max=float(nic_bytes.max()) if nic_bytes.size else 0.0,
+        nic_bytes_mean=float(nic_bytes.mean()) if nic_bytes.size else 0.0,
+        nic_seconds_max=float(used.max() / (nic_rate * 1e9)) if used.size else 0.0, notes=tuple(notes))
+
+
+def _split_relay(ro, nbytes, t, free, new_host, new_stream, rdy, nic_bytes, bytes_by_path, path_net,
+                 path_intra, *, machine, pl, on_gpu, staged, stream, net_gbps):
+    """The split relay (a design, not in the code): piece j of a crossing panel travels from member j
+    of the root's node to member j of every other node, on its own NIC; each node then gathers the
+    pieces over IPC.  Updates the arrays in place."""
+    remote = (ro.role == _LEADER) | (ro.role == _FOLLOWER)
+    senders = ((ro.role == _SELF) | (ro.role == _PULL)) & (_group_max(ro.bcast_size.astype(float), ro.comm,
+                                                                       ro.bcast) > 1)
+    q = ro.node_members.astype(float)
+    q_root = _group_max(np.where(ro.role == _SELF, q, 0.0), ro.comm, ro.role == _SELF)
+    nodes = _group_max(ro.bcast_size.astype(float), ro.comm, ro.bcast)
+    pieces = np.maximum(1.0, np.minimum(q, q_root))
+    size = _group_max(nbytes, ro.comm, ro.role == _SELF)
+    piece = size / pieces
+    members = remote | senders
+    arrive = np.where(remote, np.maximum(t, free), t)
+    start = _group_max(arrive, ro.comm, members)
+    # a sender other than the root first pulls its own piece from the root
+    first = np.where(q_root > 1, machine.intra_latency_us * 1e-6 + piece / (machine.intra_gbps * 1e9), 0.0)
+    gbps = -_group_max(-net_gbps(remote), ro.comm, members)
+    lat = machine.staged_latency_us if staged else machine.net_latency_us
+    eff = machine.staged_bcast_efficiency if staged else machine.bcast_efficiency
+    end = start + first + _bcast_seconds(piece, nodes, gbps, lat, eff)
+    gather = np.where(q > 1, machine.intra_latency_us * 1e-6 + (q - 1) / q * size / (machine.intra_gbps * 1e9),
+                      0.0)
+    done = end + gather
+    new_host[:] = np.where(members, end if on_gpu else np.where(remote, done, end), new_host)
+    new_stream[:] = np.where(remote, np.maximum(done, stream) if on_gpu else done, new_stream)
+    rdy[:] = np.where(remote, new_stream, rdy)
+    bytes_by_path[path_net] = bytes_by_path.get(path_net, 0.0) + piece[remote].sum()
+    bytes_by_path[path_intra] = bytes_by_path.get(path_intra, 0.0) + ((q - 1) / q * size)[remote].sum()
+    np.add.at(nic_bytes, pl.nic[remote], piece[remote])
+
+
+def memory_bytes(problem: Problem, grid: Grid, panel: int, ring: int) -> int:
+    """Device bytes of the busiest rank: blocks and panel ring (``engine.memory_needed``'s rule)."""
+    layout = Layout(problem.m, problem.n, problem.k, grid)
+    m_loc = layout.extent(layout.rows(0))
+    n_loc = layout.extent(layout.cols(0))
+    k_a, k_b = layout.extent(layout.a_k(0)), layout.extent(layout.b_k(0))
+    blocks = m_loc * k_a + k_b * n_loc + m_loc * n_loc
+    return (blocks + ring * panel * (m_loc + n_loc)) * problem.itemsize
+
+
+def _fits(problem, grid, panel, prefetch, machine, sharers: int, extra: int = 0) -> bool:
+    ring = max(prefetch + 1, 2)
+    need = (memory_bytes(problem, grid, panel, ring) + extra) * sharers
+    return need <= machine.memory_gib * 2**30
+
+
+def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch, cuda_aware):
+    """2.5D with k cut over ``c`` layers inside each node (a design, not in the code).
+
+    Each layer runs hpcmm's SUMMA on (m, n, k/c) over ranks/c ranks, using the
+    node's devices and NICs of its layer; the c partial C blocks of a node are
+    then reduced over IPC (a reduce-scatter: each device pulls (c-1)/c of its
+    block from c-1 peers and adds).  Inputs need no replication (each layer
+    owns its k range); the memory price is a whole partial C per rank.
+    """
+    per_host = ranks_per_host or (ranks if machine.hosts == 1 else min(ranks, machine.devices_per_node))
+    if algo == "2.5d":
+        options = [_predict_25d(problem, ranks, machine, f"2.5d:{c}", ranks_per_node, ranks_per_host, panel,
+                                prefetch, cuda_aware) for c in (2, 4, 8) if per_host % c == 0 and ranks % c == 0]
+        if not options:
+            raise InputError(f"--algo=2.5d: no layer count of 2, 4, 8 divides {per_host} ranks per host")
+        return min(options, key=lambda p: p.seconds)
+    try:
+        c = int(algo.split(":", 1)[1])
+    except (IndexError, ValueError):
+        raise InputError(f"--algo={algo!r}: expected 2.5d or 2.5d:C with C an integer") from None
+    if c < 1 or per_host % c or ranks % c:
+        raise InputError(f"--algo={algo}: {c} layers must divide the {per_host} ranks of a host and the {ranks} ranks")
+    sub = Problem(problem.m, problem.n, -(-problem.k // c), problem.dtype)
+    sliced = machine.replace(devices_per_node=max(1, machine.devices_per_node // c),
+                             nics_per_node=max(1, machine.nics_per_node // c))
+    rpn = (ranks_per_node or per_host) // c or 1
+    pred = _simulate(sub, ranks // c, sliced, rpn, per_host // c, None, panel, prefetch, "summa",
+                     machine.cuda_aware if cuda_aware is None else cuda_aware)
+    rows, cols = compute_dims(ranks // c)
+    block = -(-problem.m // rows) * -(-problem.n // cols) * problem.itemsize
+    reduce = 0.0
+    if c > 1:
+        reduce = ((c - 1) * machine.intra_latency_us * 1e-6 + (c - 1) / c * block / (machine.intra_gbps * 1e9)
+                  + 3 * (c - 1) / c * block / (machine.memory_gbps * 1e9))
+    seconds = pred.seconds + reduce
+    notes = list(pred.notes)
+    if not _fits(sub, Grid(rows, cols), pred.panel, prefetch, machine, 1):
+        notes.append(f"does not fit: a layer rank needs more than {machine.memory_gib:g} GiB")
+        seconds = math.inf
+    return dataclasses.replace(
+        pred, seconds=seconds, tflops=problem.flops / seconds / 1e12 if math.isfinite(seconds) else 0.0,
+        extra_seconds=reduce, algo=f"2.5d:{c}", ranks=ranks, ranks_per_node=ranks_per_node or per_host,
+        ranks_per_host=per_host, notes=tuple(notes))
+
+
+# -- calibration: fitting measured figures ---------------------------------------------
+
+
+def fit_link(samples) -> tuple[float, float]:
+    """``(GB/s, latency µs)`` of ``t = latency + bytes / rate`` from ``(bytes, seconds)`` pairs.
+
+    Relative least squares (each sample weighs by its own size), so small
+    transfers set the latency and large ones the rate.
+    """
+    x = np.array([s[0] for s in samples], dtype=float)
+    t = np.array([s[1] for s in samples], dtype=float)
+    if x.size == 0 or np.any(t <= 0):
+        raise InputError("fit_link: needs transfers with positive times")
+    if x.size == 1 or np.ptp(x) == 0:
+        return float(x.mean() / t.mean() / 1e9), 0.0
+    w = 1.0 / t
+    a = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
+    (lat, inv), *_ = np.linalg.lstsq(a, t * w, rcond=None)
+    if inv <= 0:  # noise: rate from the largest transfer alone
+        big = np.argmax(x)
+        return float(x[big] / t[big] / 1e9), 0.0
+    return float(1.0 / inv / 1e9), float(max(lat, 0.0) * 1e6)
+
+
+def fit_gemm_curve(samples, dtype: str, memory_gbps: float, accumulate_passes: float = 2.0) -> GemmCurve:
+    """Fit a :class:`GemmCurve` to ``(m, n, w, accumulate, seconds)`` samples of one type.
+
+    The half extents and the launch cost are searched on a grid; for each the
+    rate is the relative least-squares solution; the best fit wins.
+    """
+    arr = np.array([[s[0], s[1], s[2], float(s[3]), s[4]] for s in samples], dtype=float)
+    if arr.size == 0:
+        raise InputError(f"fit_gemm_curve: no samples for {dtype}")
+    m, n, w, acc, t = arr.T
+    flops = (8.0 if dtype.startswith("complex") else 2.0) * m * n * w
+    memory = np.where(acc > 0, accumulate_passes, 1.0) * m * n * ITEMSIZE[dtype] / (memory_gbps * 1e9)
+    best = None
+    for launch in (0.0, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6):
+        if launch >= t.min():
+            continue
+        for hmn in (1, 8, 16, 32, 64, 96, 128, 160, 192, 256, 384, 512):
+            for hk in (1, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512):
+                f = flops / ((m / (m + hmn)) * (n / (n + hmn)) * (w / (w + hk)))
+                y = t - launch - memory
+                wt = 1.0 / t**2
+                inv_rate = float(np.sum(wt * y * f) / np.sum(wt * f * f))
+                if inv_rate <= 0:
+                    continue
+                err = float(np.sum(((launch + memory + f * inv_rate) - t) ** 2 * wt))
+                if best is None or err < best[0]:
+                    best = (err, 1.0 / inv_rate / 1e12, hmn, hk, launch)
+    if best is None:
+        raise InputError(f"fit_gemm_curve: no positive rate fits the {dtype} samples")
+    _, rate, hmn, hk, launch = best
+    return GemmCurve(tflops=rate, half_m=float(hmn), half_n=float(hmn), half_k=float(hk), launch_us=launch * 1e6)
+
+
+# -- the command: python -m hpcmm model [predict|measure|check|show|scaling] -----------------
+
+
+def add_model_parser(sub, argtype_int) -> None:
+    """The ``model`` subcommand's parser (``argtype_int(name, minimum)`` is the CLI's int type)."""
+    p = sub.add_parser("model", help="predict a product's time from a machine description (no GPUs needed)")
+    p.add_argument("what", nargs="?", choices=("predict", "measure", "check", "show", "scaling"),
+                   default="predict")
+    p.add_argument("files", nargs="*", metavar="FILE.h5", help="check: results files of measured runs")
+    p.add_argument("--machine", default=None,
+                   help="built-in name or JSON file (default h200x2; measure: the description to start from)")
+    p.add_argument("--m", type=argtype_int("--m", 1), default=8192)
+    p.add_argument("--n", type=argtype_int("--n", 1), default=None, help="default: m")
+    p.add_argument("--k", type=argtype_int("--k", 1), default=None, help="default: m")
+    p.add_argument("--dtype", choices=tuple(ITEMSIZE), default="float64")
+    p.add_argument("--ranks", type=argtype_int("--ranks", 1), default=2)
+    p.add_argument("--ranks-per-node", type=argtype_int("--ranks-per-node", 1), default=None, metavar="R")
+    p.add_argument("--ranks-per-host", type=argtype_int("--ranks-per-host", 1), default=None, metavar="H",
+                   help="ranks on one physical host (default one per device; all on a one-host machine)")
+    p.add_argument("--grid", default=None, metavar="PRxPC")
+    p.add_argument("--panel", type=argtype_int("--panel", 1), default=None)
+    p.add_argument("--prefetch", type=argtype_int("--prefetch", 0), default=1)
+    p.add_argument("--algo", default="summa", help="summa (as built), split-relay, 2.5d, 2.5d:C, auto")
+    p.add_argument("--cuda-aware", choices=("yes", "no"), default=None, help="default: the machine's")
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    p.add_argument("--transport", metavar="FILE.h5", help="measure: a `bench transport` file for the links")
+    p.add_argument("--dtypes", default=None, help="measure: types of the GEMM sweep (default float64,float32)")
+    p.add_argument("--save", metavar="FILE.json", help="measure: where to write the description")
+    p.add_argument("--nodes", default="1,2,4,8,16,32,64", help="scaling: node counts")
+    p.add_argument("--sizes", default="16384,32768,65536,131072,262144", help="scaling: sizes")
+
+
+def _parse_grid(text):
+    if text is None:
+        return None
+    try:
+        r, c = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise InputError(f"--grid={text!r}: expected PRxPC, e.g. 2x4") from None
+    return r, c
+
+
+def model_main(ns, comm=None) -> int:
+    """``python -m hpcmm model ...``; prints on rank 0 only (``measure`` is collective)."""
+    if ns.what == "measure":
+        return measure_main(ns, comm)
+    rank = comm.Get_rank() if comm is not None else 0
+    machine = load_machine(ns.machine or "h200x2")
+    if ns.what == "show":
+        text = machine.to_json()
+    elif ns.what == "check":
+        text = check_table(ns.files, machine)
+    elif ns.what == "scaling":
+        text = scaling_tables(machine, ns.dtype, [int(x) for x in ns.nodes.split(",")],
+                              [int(x) for x in ns.sizes.split(",")])
+    else:
+        prob = Problem(ns.m, ns.n or ns.m, ns.k or ns.m, ns.dtype)
+        aware = None if ns.cuda_aware is None else ns.cuda_aware == "yes"
+        pred = predict(prob, ns.ranks, machine, ranks_per_node=ns.ranks_per_node, ranks_per_host=ns.ranks_per_host,
+                       grid=_parse_grid(ns.grid), panel=ns.panel, prefetch=ns.prefetch, algo=ns.algo,
+                       cuda_aware=aware)
+        text = json.dumps(pred.as_dict(), indent=2) if ns.json else describe(prob, pred, machine)
+    if rank == 0:
+        print(text)
+    return 0
+
+
+def describe(prob: Problem, pred: Prediction, machine: Machine) -> str:
+    """The prediction in a few lines."""
+    shape = f"{prob.m}x{prob.n}x{prob.k}"
+    lines = [f"hpcmm model: {shape} {prob.dtype} on {pred.ranks} rank(s), grid {pred.grid}, "
+             f"{pred.ranks_per_node} per node, {pred.ranks_per_host} per host, machine {machine.name}",
+             f"  algorithm {pred.algo}, panel {pred.panel}, prefetch {pred.prefetch}, {pred.steps} steps"]
+    if not math.isfinite(pred.seconds):
+        lines.append("  refused: " + "; ".join(pred.notes))
+        return "\n".join(lines)
+    devices = min(pred.ranks, pred.ranks_per_host * max(1, -(-pred.ranks // pred.ranks_per_host)))
+    lines.append(f"  predicted {pred.seconds:.4g} s, {pred.tflops:.2f} TFLOP/s "
+                 f"({pred.tflops / max(1, devices):.2f} per rank)")
+    s = pred.seconds
+    lines.append(f"  GEMM {pred.gemm_seconds:.4g} s ({100 * pred.gemm_seconds / s:.1f} %), exposed communication "
+                 f"{pred.exposed_seconds:.4g} s ({100 * pred.exposed_seconds / s:.1f} %)"
+                 + (f", reduction {pred.extra_seconds:.4g} s" if pred.extra_seconds else ""))
+    if pred.bytes_by_path:
+        moved = ", ".join(f"{k} {v / 1e9:.3g} GB" for k, v in pred.bytes_by_path.items())
+        lines.append(f"  received per product: {moved}")
+    if pred.nic_bytes_max:
+        lines.append(f"  busiest NIC {pred.nic_bytes_max / 1e9:.3g} GB ({pred.nic_seconds_max:.3g} s at its rate), "
+                     f"mean over NICs {pred.nic_bytes_mean / 1e9:.3g} GB")
+    lines += [f"  note: {n}" for n in pred.notes]
+    return "\n".join(lines)
+
+
+def _attr(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def check_table(files, machine: Machine) -> str:
+    """Predicted against measured for hpcmm results files: one row per file, the error last."""
+    import h5py  # noqa: PLC0415
+
+    if not files:
+        raise InputError("model check: give the results files (FILE.h5 ...) of measured runs")
+    rows, worst = [], 0.0
+    head = (f"{'case':<34}{'ranks':>6}{'rpn':>5}{'paths':>12}{'measured s':>12}{'predicted s':>13}"
+            f"{'error':>8}{'meas. TF':>10}{'pred. TF':>10}")
+    for path in files:
+        try:
+            with h5py.File(path, "r") as f:
+                cfg = {k: _attr(v) for k, v in f["config"].attrs.items()}
+                summ = {k: _attr(v) for k, v in f["summary"].attrs.items()}
+                ranks = int(f.attrs["ranks"])
+                local = max(int(x) for x in f["topology"]["local_size"][()])
+        except (OSError, KeyError) as exc:
+            raise InputError(f"model check: {path}: not a results file ({exc})") from None
+        dtype = "tf32" if bool(cfg.get("tf32")) else cfg["dtype"]
+        prob = Problem(int(cfg["m"]), int(cfg["n"]), int(cfg["k"]), dtype)
+        rpn = int(cfg.get("ranks_per_node") or 0) or None
+        pred = predict(prob, ranks, machine, ranks_per_node=rpn, ranks_per_host=local,
+                       grid=_parse_grid(cfg["grid"]), panel=int(cfg["panel"]), prefetch=int(cfg["prefetch"]),
+                       cuda_aware=bool(cfg.get("cuda_aware_mpi_decision", True)))
+        measured = float(summ["seconds"])
+        err = pred.seconds / measured - 1
+        worst = max(worst, abs(err))
+        paths = summ.get("paths")
+        paths = ",".join(_attr(p) for p in paths) if paths is not None and len(paths) else "-"
+        label = f"{prob.m}x{prob.n}x{prob.k} {dtype}"
+        rows.append(f"{label:<34}{ranks:>6}{rpn or local:>5}{paths:>12}{measured:>12.4g}{pred.seconds:>13.4g}"
+                    f"{100 * err:>7.1f}%{prob.flops / measured / 1e12:>10.3g}{pred.tflops:>10.3g}")
+    return "\n".join([head, *rows, f"worst error {100 * worst:.1f} % over {len(rows)} case(s), machine {machine.name}"])
+
+
+def scaling_tables(machine: Machine, dtype: str, nodes, sizes) -> str:
+    """Markdown: strong scaling (fixed sizes over node counts) and weak scaling (size grows with √nodes)."""
+    per = machine.devices_per_node
+    out = [f"Strong scaling, {dtype}, {machine.name} ({per} ranks per node): TFLOP/s (exposed communication %)",
+           "", "| n = m = k | " + " | ".join(f"{x} node{'s' * (x > 1)}" for x in nodes) + " |",
+           "|---" * (len(nodes) + 1) + "|"]
+    for size in sizes:
+        cells = []
+        for x in nodes:
+            p = predict(Problem(size, size, size, dtype), per * x, machine)
+            cells.append("does not fit" if not math.isfinite(p.seconds)
+                         else f"{p.tflops:.0f} ({100 * p.exposed_seconds / p.seconds:.0f} %)")
+        out.append(f"| {size} | " + " | ".join(cells) + " |")
+    base = sizes[0]
+    out += ["", f"Weak scaling, {dtype}: n = {base}·√nodes (the same memory per GPU); TFLOP/s per GPU, "
+            "exposed %, busiest NIC ÷ mean NIC bytes", "",
+            "| nodes | n | grid | TFLOP/s per GPU | exposed | busiest/mean NIC |", "|---|---|---|---|---|---|"]
+    for x in nodes:
+        size = int(round(base * math.sqrt(x) / 256)) * 256
+        p = predict(Problem(size, size, size, dtype), per * x, machine)
+        ratio = f"{p.nic_bytes_max / p.nic_bytes_mean:.2f}" if p.nic_bytes_mean else "–"
+        out.append(f"| {x} | {size} | {p.grid} | {p.tflops / (per * x):.1f} | "
+                   f"{100 * p.exposed_seconds / p.seconds:.1f} % | {ratio} |")
+    return "\n".join(out)
+
+
+def _sweep_shapes(on_gpu: bool):
+    if on_gpu:
+        return [(m, n, w) for m in (1024, 4096, 16384) for n in (1024, 4096, 16384) for w in (128, 512, 2048)
+                if m * n * w <= 16384 * 16384 * 2048]
+    return [(m, n, w) for m in (256, 1024) for n in (256, 1024) for w in (64, 256, 1024)]
+
+
+def measure_main(ns, comm) -> int:
+    """Collective: a GEMM sweep on every rank at once (ranks that share a device share it, as in a run),
+    plus the links of a ``bench transport`` file; rank 0 fits and saves a description."""
+    from .backend import make_backend  # noqa: PLC0415
+
+    if not ns.save:
+        raise InputError("model measure: --save FILE.json is required")
+    from mpi4py import MPI  # noqa: PLC0415
+
+    comm = comm or MPI.COMM_WORLD
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    backend = make_backend("auto", node.Get_rank(), node.Get_size())
+    try:
+        dtypes = (ns.dtypes or "float64,float32").split(",")
+        for t in dtypes:
+            if t not in ITEMSIZE or t == "bfloat16":
+                raise InputError(f"--dtypes: {t!r} cannot be measured here (have {', '.join(ITEMSIZE)} but bfloat16)")
+        samples = {t: [] for t in dtypes}
+        for t in dtypes:
+            for m, n, w in _sweep_shapes(backend.on_gpu):
+                for acc in (False, True):
+                    samples[t].append((m, n, w, acc, _time_gemm(backend, comm, m, n, w, t, acc)))
+        mem = _time_copy(backend, comm)
+        sharers = _sharers(backend, node)
+    finally:
+        backend.close()
+        node.Free()
+    if comm.Get_rank() == 0:
+        base = load_machine(ns.machine) if ns.machine else None
+        desc = _describe_measured(base, backend.on_gpu, samples, mem, sharers, ns.transport, comm.Get_size())
+        tmp = ns.save + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(desc.to_json() + "\n")
+        os.replace(tmp, ns.save)
+        print(f"hpcmm model: machine description written to {ns.save}")
+        print(desc.to_json())
+    return 0
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _sharers(backend, node) -> int:
+    """Ranks on this rank's device; on a CPU each core is a "device" (one BLAS thread per rank)."""
+    if not backend.on_gpu:
+        return -(-node.Get_size() // _cores())
+    ident = getattr(backend, "device_id", 0)
+    return node.allgather(ident).count(ident)
+
+
+def _time_gemm(backend, comm, m, n, w, dtype, acc, reps: int = 5) -> float:
+    np_dtype = "float32" if dtype == "tf32" else dtype
+    xp = backend.xp
+    rng = np.random.default_rng(1)
+    a = backend.from_host(np.asfortranarray(rng.random((m, w)).astype(np_dtype)), order="F")
+    b = backend.from_host(rng.random((w, n)).astype(np_dtype))
+    c = backend.empty((m, n), np_dtype)
+    c.fill(0)
+    times = []
+    stream = getattr(backend, "compute_stream", None)
+    for i in range(reps + 1):
+        comm.Barrier()  # all ranks at once: a device shared by several ranks is shared here too
+        t0 = backend.event(stream)
+        backend.gemm(a, b, c, accumulate=acc, stream=stream, tf32=dtype == "tf32")
+        t1 = backend.event(stream)
+        backend.event_synchronize(t1)
+        if i:
+            times.append(backend.elapsed(t0, t1))
+    del a, b, c, xp
+    return float(np.median(times))
+
+
+def _time_copy(backend, comm) -> float:
+    """Bytes read plus written per second by a copy on this device (all ranks at once).
+
+    The size is that of a C block of the sweep: on a CPU such a block lives in
+    the caches, on a GPU in device memory.
+    """
+    nbytes = (256 << 20) if backend.on_gpu else (4 << 20)
+    src = backend.empty(nbytes, np.uint8)
+    src.fill(1)
+    dst = backend.empty(nbytes, np.uint8)
+    stream = getattr(backend, "comm_stream", None)
+    times = []
+    for i in range(6):
+        comm.Barrier()
+        t0 = backend.event(stream)
+        backend.copy(dst, src, stream)
+        t1 = backend.event(stream)
+        backend.event_synchronize(t1)
+        if i:
+            times.append(backend.elapsed(t0, t1))
+    return 2 * nbytes / float(np.median(times)) / 1e9
+
+
+def _meminfo():
+    from .backend import _meminfo_available  # noqa: PLC0415
+
+    return _meminfo_available()
+
+
+def _read_transport(path: str) -> dict:
+    import h5py  # noqa: PLC0415
+
+    try:
+        with h5py.File(path, "r") as f:
+            table = f["transport"][()]
+    except (OSError, KeyError) as exc:
+        raise InputError(f"--transport={path}: not a `bench transport` file ({exc})") from None
+    links: dict[str, list] = {}
+    for row in table:
+        name = _attr(row["path"])
+        links.setdefault(name, []).append((float(row["bytes"]), float(row["seconds"])))
+    return {name: fit_link(v) for name, v in links.items()}
+
+
+def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, ranks) -> Machine:
+    passes = 2.0 if on_gpu else 4.0
+    # A device shared by several ranks during the sweep: its own rate is the ranks' sum.
+    gemm = {}
+    for t, rows in samples.items():
+        curve = fit_gemm_curve(rows, t, mem_gbps / sharers, passes)
+        gemm[t] = dataclasses.replace(curve, tflops=curve.tflops * sharers)
+    fields = dataclasses.asdict(base) if base is not None else {}
+    fields.update(
+        name=f"measured-{'gpu' if on_gpu else 'cpu'}",
+        description=f"measured by `model measure` at {ranks} rank(s), {sharers} per device",
+        source=f"GEMM sweep here; links from {transport or (base.name if base else 'defaults')}",
+        # measured types replace the base's; the others keep the base's curves
+        device="gpu" if on_gpu else "cpu", memory_gbps=mem_gbps,
+        gemm={**fields.get("gemm", {}), **{k: dataclasses.asdict(v) for k, v in gemm.items()}},
+        accumulate_passes=passes, shared_device_efficiency=1.0 if sharers > 1 else fields.get(
+            "shared_device_efficiency", 0.85))
+    if not on_gpu:
+        # One BLAS thread per rank (OMP_NUM_THREADS=1): the cores are the devices.
+        fields.update(devices_per_node=_cores(), nics_per_node=1, hosts=1, cuda_aware=True,
+                      memory_gib=(_meminfo() or 8 * 2**30) / 2**30)
+    if transport:
+        links = _read_transport(transport)
+        for path, key in (("ipc", "intra"), ("shm", "intra"), ("mpi", "net"), ("staged", "staged")):
+            if path in links:
+                gbps, lat = links[path]
+                fields[f"{key}_gbps"], fields[f"{key}_latency_us"] = gbps, lat
+        if "d2d" in links:
+            fields["local_gbps"] = links["d2d"][0]
+        if not on_gpu and "shm" in links:
+            fields["local_gbps"] = links["shm"][0]
+    return Machine(**fields)

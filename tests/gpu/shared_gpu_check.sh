@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# Several ranks on the GPUs of one node, with and without an MPS control daemon.
+#
+#   bash tests/gpu/shared_gpu_check.sh        (a node with 2 GPUs; about 10 minutes)
+#
+# For each of "no MPS" and "MPS" it runs float64 16384 (one call each) at 2, 3, 5 and 8 ranks
+# with the default balance, and at 3, 5 and 8 ranks with --balance none and --balance measured;
+# an uneven product, fully verified, at 3, 5 and 8 ranks (default and measured balance); and
+# tests/gpu/shared_gpu_probe.py at 3 ranks (MPS seen as expected, weighted product right).
+# The MPS daemon gets its own pipe and log directories under /tmp; it is started before the
+# MPS runs (its start is timed) and stopped after them, on success and on failure (trap).
+# Where hpcmm has no --balance option yet, the cases that need it are recorded as SKIP.
+#
+#   SHARED_N (default 16384), SHARED_RANKS ("2 3 5 8"), SHARED_TIMEOUT (s per run, 300),
+#   SHARED_UNEVEN ("10007 6001 3001"), SHARED_PHASES ("off on") tune it.
+#
+# Expects the kit of ../shared/device in .device/ (sourced in `system` mode) when it is there.
+# Logs, HDF5 files and the daemon's logs go to $OUT (or /tmp/hpcmm-shared); the table is
+# printed last.  Exit status: the number of failed checks (0 = all passed).
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/hpcmm-shared}
+work=/tmp/hpcmm-shared-work
+mkdir -p "$OUT" "$work"
+log=$OUT/shared.log
+table=$work/table.txt
+: > "$table"
+: > "$log"
+export OMP_NUM_THREADS=1
+N=${SHARED_N:-16384}
+RANKS=${SHARED_RANKS:-2 3 5 8}
+read -r UM UN UK <<< "${SHARED_UNEVEN:-10007 6001 3001}"
+LIMIT=${SHARED_TIMEOUT:-300}
+
+if [ -f .device/env.sh ]; then
+  # shellcheck disable=SC1091
+  source .device/env.sh system >> "$log" 2>&1 || { echo "env.sh failed" >&2; exit 1; }
+fi
+
+# -- the MPS control daemon: ours alone, always stopped ----------------------------------
+mps_pipe=/tmp/hpcmm-mps-pipe-$$
+mps_log=/tmp/hpcmm-mps-log-$$
+mps_pid=
+# The clients look here in both phases, so "no MPS" cannot pick up a daemon of someone else.
+export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe CUDA_MPS_LOG_DIRECTORY=$mps_log
+mkdir -p "$mps_pipe" "$mps_log"
+
+start_mps() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  nvidia-cuda-mps-control -d >> "$log" 2>&1 || { echo "nvidia-cuda-mps-control -d failed" >> "$log"; return 1; }
+  for _ in $(seq 200); do [ -S "$mps_pipe/control" ] && break; sleep 0.05; done
+  t1=$(date +%s.%N)
+  [ -S "$mps_pipe/control" ] || { echo "no control socket in $mps_pipe after 10 s" >> "$log"; return 1; }
+  mps_pid=$(cat "$mps_pipe/nvidia-cuda-mps-control.pid" 2>/dev/null)
+  mps_start=$(python3 -c "print(f'{$t1 - $t0:.3f}')")
+  echo "=== MPS control daemon (pid ${mps_pid:-?}) ready after $mps_start s" >> "$log"
+}
+
+stop_mps() {
+  [ -n "$mps_pid" ] || mps_pid=$(cat "$mps_pipe/nvidia-cuda-mps-control.pid" 2>/dev/null)
+  [ -S "$mps_pipe/control" ] || [ -n "$mps_pid" ] || return 0
+  echo quit | nvidia-cuda-mps-control >> "$log" 2>&1
+  if [ -n "$mps_pid" ]; then
+    for _ in $(seq 300); do [ -d "/proc/$mps_pid" ] || break; sleep 0.05; done
+    [ -d "/proc/$mps_pid" ] && echo "MPS control daemon $mps_pid still running 15 s after quit" >> "$log"
+  fi
+  mps_pid=
+  echo "=== MPS control daemon stopped" >> "$log"
+}
+
+cleanup() {
+  stop_mps
+  cp -r "$mps_log" "$OUT/mps-log" 2>/dev/null
+  rm -rf "$mps_pipe" "$mps_log"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# -- one run, one row ------------------------------------------------------------
+has_balance=0
+python3 -m hpcmm run --help 2>/dev/null | grep -q -- '--balance' && has_balance=1
+
+record() {  # record MPS RANKS BALANCE CASE STATUS TFLOPS VERIFIED IMBALANCE DETAIL  (one tab-separated row)
+  local IFS=$'\t'
+  echo "$*" >> "$table"
+}
+
+# run_case MPS RANKS BALANCE(default|none|measured) CASE -- hpcmm options...
+run_case() {
+  local mps=$1 ranks=$2 balance=$3 name=$4; shift 5
+  local out=$work/$mps-n$ranks-$balance-$name.h5 rc facts
+  if [ "$balance" != default ] && [ "$has_balance" = 0 ]; then
+    record "$mps" "$ranks" "$balance" "$name" SKIP - - - "no --balance option in this hpcmm"
+    return
+  fi
+  local extra=(); [ "$balance" != default ] && extra=(--balance "$balance")
+  rm -f "$out"
+  echo "=== [$mps] mpiexec -n $ranks python3 -m hpcmm $* ${extra[*]} --out $out" >> "$log"
+  local t0=$SECONDS
+  timeout "$LIMIT" mpiexec -n "$ranks" python3 -m hpcmm "$@" "${extra[@]}" --quiet --out "$out" --overwrite >> "$log" 2>&1
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    record "$mps" "$ranks" "$balance" "$name" FAIL - - - "rc=$rc $((SECONDS - t0))s"
+    return
+  fi
+  facts=$(python3 - "$out" <<'PY' 2>&1
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    s = f["summary"].attrs
+    pred = s.get("predicted_imbalance")
+    imb = f"{'-' if pred is None else f'{pred:.3f}'}/{s['load_imbalance']:.3f}"
+    print(f"{s['tflops']:.2f} {bool(s['verified'])} {imb}")
+PY
+)
+  read -r tflops verified imbalance <<< "$facts"
+  local status=PASS; [ "$verified" = True ] || status=FAIL
+  record "$mps" "$ranks" "$balance" "$name" "$status" "$tflops" "$verified" "$imbalance" "$((SECONDS - t0))s"
+}
+
+probe() {  # probe MPS EXPECT_ACTIVE BALANCE
+  local json=$work/probe-$1-$3.json
+  echo "=== [$1] mpiexec -n 3 python3 tests/gpu/shared_gpu_probe.py --balance $3" >> "$log"
+  timeout "$LIMIT" mpiexec -n 3 python3 tests/gpu/shared_gpu_probe.py --balance "$3" --json "$json" >> "$log" 2>&1
+  local rc=$? facts
+  facts=$(python3 - "$json" "$2" <<'PY' 2>&1
+import json, sys
+f = json.load(open(sys.argv[1]))
+want = sys.argv[2] == "1"
+seen = {m["active"] for m in f["mps"]}
+ok = f["verified"] and seen == {want}
+print(("PASS" if ok else "FAIL"),
+      f"mps={sorted(seen)}({f['mps'][0]['source']}) weights={[round(w, 3) for w in f['weights']]} "
+      f"rows={f['block_sizes']['rows']} imb={f['predicted_imbalance']:.3f}/{f['measured_imbalance']:.3f}")
+PY
+)
+  local status=${facts%% *}
+  [ "$rc" = 0 ] || status=FAIL
+  [ "$status" = PASS ] || [ "$status" = FAIL ] || status=FAIL
+  record "$1" 3 "$3" probe "$status" - - - "rc=$rc ${facts#* }"
+}
+
+cuda_init_seconds() {  # seconds for a fresh process to make its first CUDA context (and allocation)
+  python3 - <<'PY' 2>> "$log"
+import time
+t0 = time.perf_counter()
+import cupy
+cupy.cuda.Device(0).use()
+cupy.zeros(1).sum().item()
+print(f"{time.perf_counter() - t0:.3f}")
+PY
+}
+
+# -- the runs --------------------------------------------------------------------
+nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_mode --format=csv >> "$log" 2>&1
+mps_start=-
+init_off=$(cuda_init_seconds)
+init_on=-
+for phase in ${SHARED_PHASES:-off on}; do
+  if [ "$phase" = on ]; then
+    if ! start_mps; then
+      record on - - daemon FAIL - - - "the MPS control daemon did not start (see $log)"
+      continue
+    fi
+    init_on=$(cuda_init_seconds)  # the first client also starts the MPS server
+  fi
+  mpiexec -n 3 python3 -m hpcmm info >> "$log" 2>&1
+  for ranks in $RANKS; do
+    run_case "$phase" "$ranks" default "$N" -- --m "$N" --n "$N" --k "$N"
+  done
+  for ranks in $RANKS; do
+    [ "$ranks" -gt 2 ] || continue
+    run_case "$phase" "$ranks" none "$N" -- --m "$N" --n "$N" --k "$N"
+    run_case "$phase" "$ranks" measured "$N" -- --m "$N" --n "$N" --k "$N"
+  done
+  for ranks in $RANKS; do
+    [ "$ranks" -gt 2 ] || continue
+    run_case "$phase" "$ranks" default uneven -- --m "$UM" --n "$UN" --k "$UK" --verify full
+    run_case "$phase" "$ranks" measured uneven -- --m "$UM" --n "$UN" --k "$UK" --verify full
+  done
+  probe "$phase" "$([ "$phase" = on ] && echo 1 || echo 0)" share
+  probe "$phase" "$([ "$phase" = on ] && echo 1 || echo 0)" measured
+  [ "$phase" = on ] && stop_mps
+done
+
+# -- the table: TFLOP/s as a share of 2 ranks in the same phase ----------------------------------
+tar czf "$OUT/results.tgz" -C "$work" . 2>/dev/null
+echo
+echo "float64 $N, one call each: % of the 2-rank figure of the same phase; imbalance predicted/measured"
+python3 - "$table" <<'PY' | tee "$OUT/table.txt"
+import sys
+rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1]) if line.strip()]
+ref = {r[0]: float(r[5]) for r in rows if r[1] == "2" and r[2] == "default" and r[5] != "-"}
+fmt = "{:<3} {:>5}  {:<8} {:<8} {:<5} {:>8}  {:>6}  {:<8} {:<13} {}"
+print(fmt.format("MPS", "ranks", "balance", "case", "ok", "TFLOP/s", "% of 2", "verified", "imbalance", "detail"))
+for mps, ranks, balance, case, ok, tflops, verified, imbalance, detail in rows:
+    share = "-"
+    if tflops != "-" and case != "uneven" and ref.get(mps):
+        share = f"{100 * float(tflops) / ref[mps]:.1f}"
+    print(fmt.format(mps, ranks, balance, case, ok, tflops, share, verified, imbalance, detail))
+PY
+echo "MPS control daemon start (control socket ready): $mps_start s; first CUDA context: ${init_off:-?} s without MPS, ${init_on:-?} s under MPS (it starts the server)"
+exit "$(cut -f5 "$table" | grep -c '^FAIL$')"

@@ -1,0 +1,143 @@
+"""Put known bugs into a scratch copy of hpcmm and check that the tests catch each one.
+
+    python tests/mutation.py [--only NAME ...] [--limit SECONDS]
+
+For each mutation: copy ``hpcmm/``, ``tests/`` and ``pyproject.toml`` into a
+temporary directory, apply the bug (an exact text replacement that must match
+once, so a mutation that no longer applies is reported, not silently
+skipped), run the tests that guard that figure there (with a time limit:
+a bug may turn a loop endless), and print a table: bug → killed / survived.
+A mutation is killed when its tests fail or time out; the unmutated copy must
+pass the same tests first (``baseline``), or the table means nothing.
+Exit status: the number of survivors (and 1 more if the baseline fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: name → (file, old text, new text, tests to run)
+MUTATIONS = {
+    "timing window after step 0": (
+        "hpcmm/engine.py",
+        "            gemm_done[s % self.ring] = g1\n",
+        "            gemm_done[s % self.ring] = g1\n            t0 = g1 if s == 0 else t0\n",
+        ["tests/test_timing.py"],
+    ),
+    "complex flops counted 2mnk": (
+        "hpcmm/summary.py",
+        'return (8.0 if str(dtype).startswith("complex") else 2.0) * m * n * k',
+        "return 2.0 * m * n * k",
+        ["tests/test_timing.py", "tests/test_bench.py"],
+    ),
+    "median of products -> minimum": (
+        "hpcmm/summary.py",
+        "median = float(np.median(product_seconds))",
+        "median = float(np.min(product_seconds))",
+        ["tests/test_timing.py"],
+    ),
+    "verification tolerance x 10": (
+        "hpcmm/verify.py",
+        "    return lam * math.sqrt(variance) + bias\n",
+        "    return 10 * (lam * math.sqrt(variance) + bias)\n",
+        ["tests/test_verify_power.py", "tests/test_verify.py"],
+    ),
+    "in-place write, no atomic publish": (
+        "hpcmm/run.py",
+        "tmp = h5io.temporary_path(config.out, guarded=True)",
+        "tmp = config.out\n                h5io.publish = lambda *args: None\n"
+        "                h5io.remove_temporary = lambda path: None",
+        ["tests/test_bench.py::test_final_name_never_holds_a_partial_file"],
+    ),
+    "panel owner from the wrong grid dimension": (
+        "hpcmm/algorithms/summa.py",
+        "a_root = block_owner(k, grid.cols, k0)",
+        "a_root = block_owner(k, grid.rows, k0)",
+        ["tests/test_summa_plan.py"],
+    ),
+}
+
+
+def _copy(scratch: Path) -> None:
+    for name in ("hpcmm", "tests"):
+        shutil.copytree(REPO / name, scratch / name, ignore=shutil.ignore_patterns("__pycache__", "*.h5"))
+    shutil.copy2(REPO / "pyproject.toml", scratch / "pyproject.toml")
+
+
+def _apply(scratch: Path, path: str, old: str, new: str) -> None:
+    target = scratch / path
+    text = target.read_text()
+    if text.count(old) != 1:
+        raise SystemExit(f"mutation does not apply: {path} holds {text.count(old)} copies of {old!r}")
+    target.write_text(text.replace(old, new))
+
+
+def _run_tests(scratch: Path, tests: list[str], limit: float) -> tuple[str, float, str]:
+    """``("passed" | "failed" | "timed out", seconds, the first failing test)`` for ``tests`` in ``scratch``."""
+    env = dict(os.environ, PYTHONPATH=str(scratch), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--timeout", str(int(limit)), *tests]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=limit + 30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        return "timed out", time.monotonic() - t0, ""
+    first = next((line.split(" - ")[0][len("FAILED "):] for line in out.decode(errors="replace").splitlines()
+                  if line.startswith(("FAILED ", "ERROR "))), "")
+    return ("passed" if proc.returncode == 0 else "failed"), time.monotonic() - t0, first
+
+
+def _imports_scratch(scratch: Path) -> bool:
+    env = dict(os.environ, PYTHONPATH=str(scratch))
+    out = subprocess.run([sys.executable, "-c", "import hpcmm; print(hpcmm.__file__)"], cwd=scratch, env=env,
+                         capture_output=True, text=True, check=False).stdout.strip()
+    return out.startswith(str(scratch))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="names (or parts of names) of the mutations to run")
+    parser.add_argument("--limit", type=float, default=300.0, help="seconds the tests of one mutation may take")
+    args = parser.parse_args(argv)
+    chosen = {n: m for n, m in MUTATIONS.items() if not args.only or any(o in n for o in args.only)}
+    rows, survivors = [], 0
+    with tempfile.TemporaryDirectory(prefix="hpcmm-mutation-") as root:
+        base = Path(root) / "baseline"
+        _copy(base)
+        if not _imports_scratch(base):
+            raise SystemExit("the scratch copy's hpcmm is not the one imported: check PYTHONPATH handling")
+        all_tests = sorted({t for *_, tests in chosen.values() for t in tests})
+        status, seconds, first = _run_tests(base, all_tests, args.limit * 2)
+        rows.append(("baseline (no bug)", first or " ".join(all_tests), "ok" if status == "passed" else status,
+                     seconds))
+        failed_baseline = status != "passed"
+        for i, (name, (path, old, new, tests)) in enumerate(chosen.items()):
+            scratch = Path(root) / f"m{i}"
+            _copy(scratch)
+            _apply(scratch, path, old, new)
+            status, seconds, first = _run_tests(scratch, tests, args.limit)
+            verdict = "survived" if status == "passed" else f"killed ({status})"
+            survivors += status == "passed"
+            rows.append((name, first or " ".join(tests), verdict, seconds))
+            shutil.rmtree(scratch, ignore_errors=True)
+    width = max(len(r[0]) for r in rows)
+    print(f"{'bug':<{width}}  {'result':<20}  {'s':>6}  first failing test (or the tests run)")
+    for name, tests, verdict, seconds in rows:
+        print(f"{name:<{width}}  {verdict:<20}  {seconds:>6.1f}  {tests}")
+    return survivors + int(failed_baseline)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

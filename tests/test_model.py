@@ -1,0 +1,300 @@
+"""The cost model (hpcmm/model.py): pure, no MPI; many grids and machines."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from hpcmm import model
+from hpcmm.algorithms import auto_panel, summa_plan
+from hpcmm.errors import InputError
+from hpcmm.layout import Grid, Layout
+from hpcmm.model import GemmCurve, Problem, builtin, predict
+
+MACHINES = sorted(model.BUILTIN)
+rng = np.random.default_rng(5)
+SHAPES = [(int(a), int(b), int(c)) for a, b, c in rng.integers(300, 9000, size=(6, 3))] + [(4096, 4096, 4096)]
+
+
+def _cpu() -> model.Machine:
+    return model.Machine(name="cpu-test", device="cpu", devices_per_node=1, hosts=1, memory_gib=64,
+                         memory_gbps=20, gemm={"float64": GemmCurve(0.05, 16, 16, 16, 5.0)},
+                         intra_gbps=5, local_gbps=5, net_gbps=3, nics_per_node=1, accumulate_passes=4)
+
+
+@pytest.mark.parametrize("name", MACHINES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_one_rank_is_the_gemm(name, shape):
+    machine = builtin(name)
+    p = predict(Problem(*shape, "float64"), 1, machine)
+    want = float(machine.gemm_seconds(shape[0], shape[1], shape[2], "float64", False))
+    assert p.steps == 1 and p.exposed_seconds == 0.0
+    assert p.seconds == pytest.approx(want, rel=1e-12)
+    assert p.bytes_by_path == {}
+
+
+@pytest.mark.parametrize("ranks,rpn,prefetch", [(2, None, 1), (4, 2, 1), (8, 1, 2), (6, 3, 0), (3, 1, 1), (8, 4, 3)])
+@pytest.mark.parametrize("shape", SHAPES[:4])
+def test_steps_are_summa_plan(ranks, rpn, prefetch, shape):
+    """The model walks the engine's own plan: same panel, same ramp, same steps."""
+    machine = builtin("h200x2")
+    p = predict(Problem(*shape), ranks, machine, ranks_per_node=rpn, prefetch=prefetch)
+    rows, cols = model.compute_dims(ranks)
+    layout = Layout(*shape, Grid(rows, cols))
+    panel = auto_panel(layout, 8, on_gpu=True)
+    plan = summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1)
+    assert (p.panel, p.steps, p.grid) == (panel, len(plan), f"{rows}x{cols}")
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 6, 8, 12, 16, 18, 64, 512])
+def test_compute_dims_matches_mpi(size):
+    from mpi4py import MPI  # Compute_dims needs no MPI_Init beyond the import
+
+    assert model.compute_dims(size) == tuple(MPI.Compute_dims(size, 2))
+
+
+def test_bytes_received_follow_the_layout():
+    """Every rank receives the panels it does not own: (m·k)(1 - 1/cols)·rows... summed over ranks."""
+    m, n, k = 3001, 2003, 1999
+    for ranks in (2, 4, 6, 8):
+        rows, cols = model.compute_dims(ranks)
+        p = predict(Problem(m, n, k), ranks, builtin("h200x2"), ranks_per_node=1, cuda_aware=True)
+        layout = Layout(m, n, k, Grid(rows, cols))
+        want = 0
+        for r in range(ranks):
+            (mr, ka), (kb, nr) = layout.local_shapes(r)["A"], layout.local_shapes(r)["B"]
+            want += (k - ka) * mr + (k - kb) * nr
+        assert sum(p.bytes_by_path.values()) == pytest.approx(want * 8)
+
+
+@pytest.mark.parametrize("name", MACHINES)
+@pytest.mark.parametrize("field", ["net_gbps", "intra_gbps", "staged_gbps", "staged_host_gbps", "local_gbps"])
+@pytest.mark.parametrize("ranks,rpn,aware", [(2, 1, True), (8, 2, False), (8, 1, True), (4, 2, False), (16, 4, True)])
+def test_more_bandwidth_never_slower(name, field, ranks, rpn, aware):
+    machine = builtin(name)
+    prob = Problem(6001, 4099, 5003)
+    kwargs = dict(ranks_per_node=rpn, cuda_aware=aware, ranks_per_host=ranks)
+    if machine.hosts == 0:
+        kwargs["ranks_per_host"] = min(ranks, machine.devices_per_node)
+    slow = predict(prob, ranks, machine, **kwargs)
+    fast = predict(prob, ranks, machine.replace(**{field: getattr(machine, field) * 2}), **kwargs)
+    assert fast.seconds <= slow.seconds * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("ranks,rpn", [(2, 1), (8, 2), (4, 1)])
+def test_faster_gemm_never_slower(ranks, rpn):
+    machine = builtin("h200x2")
+    curves = {t: dataclasses.replace(c, tflops=c.tflops * 2) for t, c in machine.gemm.items()}
+    prob = Problem(8192, 8192, 8192)
+    assert (predict(prob, ranks, machine.replace(gemm=curves), ranks_per_node=rpn).seconds
+            <= predict(prob, ranks, machine, ranks_per_node=rpn).seconds)
+
+
+def test_time_is_at_least_gemm_and_exposed():
+    for ranks, rpn, aware in [(2, 1, False), (8, 2, True), (8, 1, False), (4, None, False)]:
+        p = predict(Problem(10007, 6001, 3001), ranks, builtin("h200x2"), ranks_per_node=rpn, cuda_aware=aware)
+        assert p.seconds >= p.gemm_seconds - 1e-12
+        assert p.seconds == pytest.approx(p.gemm_seconds + p.exposed_seconds, rel=0.25)
+
+
+def test_staged_slower_than_cuda_aware_and_ipc():
+    prob, machine = Problem(8192, 8192, 8192), builtin("h200x2")
+    ipc = predict(prob, 2, machine)
+    mpi = predict(prob, 2, machine, ranks_per_node=1, cuda_aware=True)
+    staged = predict(prob, 2, machine, ranks_per_node=1, cuda_aware=False)
+    assert set(ipc.bytes_by_path) == {"ipc"} and set(mpi.bytes_by_path) == {"mpi"}
+    assert set(staged.bytes_by_path) == {"staged"}
+    assert ipc.seconds <= mpi.seconds < staged.seconds
+    # staged is bound by the host MPI: what crosses at 5.9 GB/s
+    assert staged.seconds > staged.bytes_by_path["staged"] / (machine.staged_gbps * 1e9)
+
+
+def test_prefetch_hides_communication():
+    prob, machine = Problem(16384, 16384, 16384), builtin("h200x8-ndr")
+    none = predict(prob, 16, machine, prefetch=0)
+    one = predict(prob, 16, machine, prefetch=1)
+    assert one.seconds < none.seconds
+    assert none.exposed_seconds > one.exposed_seconds
+
+
+def test_cpu_blocks_no_overlap():
+    """On a CPU the engine copies and multiplies on the host: time = GEMMs + transfers."""
+    prob = Problem(700, 500, 600)
+    p1 = predict(prob, 4, _cpu(), prefetch=1)
+    p3 = predict(prob, 4, _cpu(), prefetch=3)  # the same plan (ramped), deeper prefetch
+    assert p1.exposed_seconds > 0
+    assert p3.seconds == pytest.approx(p1.seconds, rel=1e-9)
+    assert p1.seconds == pytest.approx(p1.gemm_seconds + p1.exposed_seconds, rel=1e-9)
+
+
+def test_leader_nic_carries_more():
+    """At 64 nodes (grid 32x16, a row on two nodes) the row's leader takes every crossing A panel
+    for its node on its one NIC, beside the B panels every NIC takes: 2.62 GB against 2.08."""
+    p = predict(Problem(65536, 65536, 65536), 512, builtin("h200x8-ndr"))
+    a_cross, b_all = 2048 * 32768 * 8, 4096 * 65536 * 8 * 31 / 32
+    assert p.nic_bytes_max == pytest.approx(a_cross + b_all)
+    assert p.nic_bytes_mean == pytest.approx(b_all + a_cross / 8)
+
+
+def test_split_relay_and_25d_change_nothing_on_one_node():
+    prob, machine = Problem(32768, 32768, 32768), builtin("h200x8-ndr")
+    base = predict(prob, 8, machine)
+    assert predict(prob, 8, machine, algo="split-relay").seconds == pytest.approx(base.seconds)
+    auto = predict(prob, 8, machine, algo="auto")
+    assert auto.seconds <= base.seconds
+
+
+def test_split_relay_helps_many_nodes():
+    prob, machine = Problem(131072, 131072, 131072), builtin("h200x8-ndr")
+    base = predict(prob, 512, machine)
+    split = predict(prob, 512, machine, algo="split-relay")
+    assert split.seconds < base.seconds
+    assert split.nic_bytes_max < base.nic_bytes_max
+
+
+def test_25d_refuses_what_does_not_fit_and_bad_layers():
+    machine = builtin("h200x8-ndr").replace(memory_gib=1.0)
+    p = predict(Problem(65536, 65536, 65536), 64, machine, algo="2.5d:8")
+    assert math.isinf(p.seconds) and "does not fit" in p.notes[-1]
+    with pytest.raises(InputError, match="2.5d:3"):
+        predict(Problem(4096, 4096, 4096), 16, builtin("h200x8-ndr"), algo="2.5d:3")
+
+
+def test_summa_refuses_what_does_not_fit():
+    p = predict(Problem(300000, 300000, 300000), 2, builtin("h200x2"))
+    assert math.isinf(p.seconds) and p.tflops == 0.0
+
+
+def test_memory_rule_is_the_engines():
+    from hpcmm.engine import memory_needed
+
+    for shape, grid in [((1001, 999, 1003), Grid(2, 2)), ((4096, 300, 77), Grid(3, 1)), ((8, 9, 10), Grid(1, 4))]:
+        layout = Layout(*shape, grid)
+        assert model.memory_bytes(Problem(*shape), grid, 64, 3) == memory_needed(layout, 0, 8, 64, 3)
+
+
+def test_gemm_curve_properties():
+    machine = builtin("h200x2")
+    small = machine.gemm_seconds(4096, 4096, 128, "float64", True) / 128
+    big = machine.gemm_seconds(4096, 4096, 2048, "float64", True) / 2048
+    assert big < small  # deep panels run nearer the full rate
+    assert machine.gemm_seconds(0, 4096, 2048, "float64", True) == 0.0
+    odd = machine.gemm_seconds(4097, 4096, 2048, "float64", False)
+    even = machine.gemm_seconds(4098, 4096, 2048, "float64", False)
+    assert odd > even
+
+
+def test_fit_gemm_curve_recovers_a_curve():
+    truth = GemmCurve(tflops=40.0, half_m=64, half_n=64, half_k=32, launch_us=5.0)
+    machine = builtin("h200x2").replace(gemm={"float64": truth})
+    samples = [(m, n, w, acc, float(machine.gemm_seconds(m, n, w, "float64", acc)))
+               for m in (256, 1024, 4096) for n in (256, 1024, 4096) for w in (64, 256, 1024) for acc in (False, True)]
+    fit = model.fit_gemm_curve(samples, "float64", machine.memory_gbps, machine.accumulate_passes)
+    fitted = machine.replace(gemm={"float64": fit})
+    for m, n, w, acc, t in samples:
+        assert float(fitted.gemm_seconds(m, n, w, "float64", acc)) == pytest.approx(t, rel=0.03)
+
+
+def test_fit_link():
+    samples = [(b, 20e-6 + b / 50e9) for b in (1 << 20, 1 << 24, 1 << 28)]
+    gbps, lat = model.fit_link(samples)
+    assert gbps == pytest.approx(50, rel=1e-6) and lat == pytest.approx(20, rel=1e-6)
+
+
+def test_machine_json_round_trip(tmp_path):
+    for name in MACHINES:
+        machine = builtin(name)
+        path = tmp_path / f"{name}.json"
+        path.write_text(machine.to_json())
+        assert model.load_machine(str(path)) == machine
+
+
+def test_machine_errors(tmp_path):
+    with pytest.raises(InputError, match="no such built-in machine"):
+        model.load_machine("no-such-machine")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "x", "colour": "red"}))
+    with pytest.raises(InputError, match="unknown field.*colour"):
+        model.load_machine(str(bad))
+    with pytest.raises(InputError, match="nics_per_node=0"):
+        model.Machine(name="x", nics_per_node=0)
+    with pytest.raises(InputError, match="no GEMM rate for bfloat16"):
+        predict(Problem(64, 64, 64, "bfloat16"), 1, _cpu())
+    with pytest.raises(InputError, match="--algo='x'"):
+        predict(Problem(64, 64, 64), 2, builtin("h200x2"), algo="x")
+    with pytest.raises(InputError, match="--grid=3x3"):
+        predict(Problem(64, 64, 64), 8, builtin("h200x2"), grid=(3, 3))
+
+
+def test_placement_matches_topology_rule():
+    """Virtual nodes cut each host's ranks in order, GPUs by host-local rank (as topology and backend)."""
+    pl = model.place(8, builtin("h200x2"), ranks_per_node=2)
+    assert list(pl.vnode) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert list(pl.device) == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert list(pl.sharers) == [4] * 8
+    pl = model.place(24, builtin("h200x8-ndr"))
+    assert list(pl.vnode) == [0] * 8 + [1] * 8 + [2] * 8
+    assert len(set(pl.nic)) == 24
+
+
+def test_model_command_prints_and_measures_on_cpu(tmp_path, monkeypatch, capsys):
+    """`model` predict/show/measure in process (one rank, numpy): the description it writes loads and predicts."""
+    import argparse
+
+    from mpi4py import MPI
+
+    from hpcmm import cli, h5io
+
+    ns = cli.parse(["model", "--m", "4096", "--ranks", "4", "--ranks-per-node", "2", "--json"])
+    assert model.model_main(ns, MPI.COMM_SELF) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["grid"] == "2x2" and out["seconds"] > 0 and set(out["bytes_by_path"]) == {"ipc", "staged"}
+    links = tmp_path / "links.h5"
+    rows = [{"src": 0, "dst": 1, "path": p, "bytes": b, "seconds": lat + b / (gbps * 1e9), "gbps": 0.0}
+            for p, gbps, lat in (("shm", 8.0, 2e-6), ("mpi", 3.0, 20e-6)) for b in (1 << 20, 1 << 24)]
+    h5io.write_table_file(str(links), False, "bench-transport", "transport", rows, {"hpcmm": "test"})
+    monkeypatch.setattr(model, "_sweep_shapes", lambda on_gpu: [(64, 64, 16), (128, 96, 64), (96, 128, 32)])
+    save = tmp_path / "cpu.json"
+    ns = argparse.Namespace(what="measure", machine=None, save=str(save), transport=str(links), dtypes="float64")
+    assert model.measure_main(ns, MPI.COMM_SELF) == 0
+    machine = model.load_machine(str(save))
+    assert machine.device == "cpu" and machine.gemm["float64"].tflops > 0
+    assert machine.intra_gbps == pytest.approx(8.0, rel=1e-6) and machine.net_gbps == pytest.approx(3.0, rel=1e-6)
+    assert predict(Problem(300, 200, 100), 2, machine).seconds > 0
+
+
+# The published clusters of docs/scaling.md section 2: (machine, m, n, k, ranks, TFLOP/s in that table).
+PUBLISHED = [
+    ("daint-p100", 17408, 17408, 3473408, 128, 115.4),
+    ("daint-p100", 17408, 17408, 3473408, 1024, 341.9),
+    ("phoenix-cpu", 50000, 50000, 50000, 192, 7.14),
+    ("phoenix-cpu", 6000, 6000, 1200000, 192, 3.95),
+    ("phoenix-cpu", 1200000, 6000, 6000, 192, 6.19),
+    ("phoenix-cpu", 100000, 100000, 5000, 192, 5.41),
+    ("phoenix-cpu", 50000, 50000, 50000, 3072, 59.55),
+]
+
+
+@pytest.mark.parametrize("name", ["daint-p100", "phoenix-cpu"])
+def test_published_cluster_descriptions_load_and_name_sources(name, tmp_path):
+    machine = builtin(name)
+    assert machine.source and machine.description and "float64" in machine.gemm
+    path = tmp_path / f"{name}.json"
+    path.write_text(machine.to_json())
+    assert model.load_machine(str(path)) == machine
+
+
+@pytest.mark.parametrize("name,m,n,k,ranks,table", PUBLISHED)
+def test_published_cluster_predictions(name, m, n, k, ranks, table):
+    """Finite, positive, below the machine's GEMM peak, and what docs/scaling.md section 2 prints."""
+    machine = builtin(name)
+    p = predict(Problem(m, n, k), ranks, machine)
+    peak = ranks * machine.gemm["float64"].tflops
+    assert math.isfinite(p.seconds) and p.seconds > 0 and not p.notes
+    assert 0 < p.tflops < peak
+    assert p.seconds >= p.gemm_seconds
+    assert p.tflops == pytest.approx(table, rel=0.01)

@@ -1,0 +1,209 @@
+"""Every figure of the timings, to the digit, from GEMMs and transfers of known length.
+
+The engine runs on a fake backend (:mod:`fake_backend`) whose GEMMs and
+transfers take known virtual times; the product's window, the per-step
+GEMM, transfer, wait-for-data and host-overhead times must come out as worked
+out by hand below.  The summary maths (:func:`hpcmm.summary.summary_figures`)
+and a whole run with known product times are checked the same way.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+
+import h5py
+import numpy as np
+import pytest
+from fake_backend import FakeBackend, install
+from mpi4py import MPI
+
+import hpcmm
+from hpcmm.backend import CpuBackend
+from hpcmm.clock import SharedClock, product_window
+from hpcmm.config import RunConfig
+from hpcmm.engine import Engine
+from hpcmm.inputs import generate_block
+from hpcmm.layout import Grid, Layout
+from hpcmm.summary import print_summary, product_flops, summary_figures
+from hpcmm.topology import Topology
+from hpcmm.verify import Check
+
+M, N, K = 12, 7, 8  # panel 2: four steps
+
+
+@pytest.fixture
+def engine():
+    topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
+    eng = None
+    try:
+        eng = Engine(topo, CpuBackend(), Layout(M, N, K, Grid(1, 1)), "float64", 2, 1, False)
+        a = generate_block(1, "A", (M, K), (0, M), (0, K), np.float64)
+        b = generate_block(1, "B", (K, N), (0, K), (0, N), np.float64)
+        eng.load(a, b)
+        eng.reference = a @ b
+        yield eng
+    finally:
+        if eng is not None:
+            eng.close()
+        topo.close()
+
+
+def _prefetch(eng, depth):
+    eng.prefetch, eng.ring = depth, depth + 1
+
+
+def test_transfers_hidden_after_the_first_step(engine, monkeypatch):
+    """GEMM 1 s, A 0.5 s and B 0.25 s on the communication stream, prefetch 1.
+
+    Panels of step 0 arrive at 0.75; GEMMs run 0.75–1.75, 1.75–2.75, … 3.75–4.75,
+    each next panel pair arriving while the GEMM before it runs.
+    """
+    fake = FakeBackend(lambda width: 1.0)
+    install(monkeypatch, engine, fake, a_seconds=0.5, b_seconds=0.25)
+    assert len(engine.plan) == 4
+    t = engine.multiply()
+    assert t.seconds == 4.75
+    assert t.start == 0.0
+    np.testing.assert_array_equal(t.steps[:, 0], [1.0, 1.0, 1.0, 1.0])  # GEMM
+    np.testing.assert_array_equal(t.steps[:, 1], [0.75, 0.75, 0.75, 0.75])  # A + B transfers
+    np.testing.assert_array_equal(t.steps[:, 2], [0.75, 0.0, 0.0, 0.0])  # waiting for data
+    np.testing.assert_array_equal(t.host, [0.0, 0.0, 0.0, 0.0])
+    timeline = t.timeline
+    gemms = timeline[timeline[:, 1] == 0]
+    np.testing.assert_array_equal(gemms[:, 3:5], [[0.75, 1.75], [1.75, 2.75], [2.75, 3.75], [3.75, 4.75]])
+    np.testing.assert_allclose(engine.C, engine.reference, rtol=1e-13)
+
+
+def test_host_overhead_is_not_waiting_for_data(engine, monkeypatch):
+    """No transfers (the panels are the rank's own) but 1.5 s of host work per step, GEMM 1 s.
+
+    The host launches GEMM s at 1.5 (s + 1): gaps of 1.5, 0.5, 0.5, 0.5, all host overhead.
+    """
+    fake = FakeBackend(lambda width: 1.0)
+    install(monkeypatch, engine, fake, host_seconds=1.5)
+    t = engine.multiply()
+    assert t.seconds == 7.0
+    np.testing.assert_array_equal(t.steps[:, 0], [1.0] * 4)
+    np.testing.assert_array_equal(t.steps[:, 2], [0.0] * 4)
+    np.testing.assert_array_equal(t.host, [1.5, 0.5, 0.5, 0.5])
+
+
+def test_blocking_transfers_without_prefetch(engine, monkeypatch):
+    """prefetch 0, B panels by a host-blocking (MPI-like) transfer of 0.5 s, GEMM 1 s: nothing hides."""
+    _prefetch(engine, 0)
+    fake = FakeBackend(lambda width: 1.0)
+    install(monkeypatch, engine, fake, b_seconds=0.5, blocking=True)
+    t = engine.multiply()
+    assert t.seconds == 6.0
+    np.testing.assert_array_equal(t.steps[:, 1], [0.5] * 4)
+    np.testing.assert_array_equal(t.steps[:, 2], [0.5] * 4)
+    np.testing.assert_array_equal(t.host, [0.0] * 4)
+    np.testing.assert_allclose(engine.C, engine.reference, rtol=1e-13)
+
+
+def test_gemm_time_follows_the_width(engine, monkeypatch):
+    """GEMM seconds proportional to the panel width (0.25 s per column): 4 × 0.5 s, window 2 s."""
+    fake = FakeBackend(lambda width: 0.25 * width)
+    install(monkeypatch, engine, fake)
+    t = engine.multiply()
+    assert t.seconds == 2.0
+    np.testing.assert_array_equal(t.steps[:, 0], [0.5] * 4)
+
+
+# -- the summary maths -------------------------------------------------------------
+
+
+def _steps(ranks, iters, nsteps, gemm, wait):
+    out = np.zeros((ranks, iters, nsteps, 3))
+    out[..., 0], out[..., 2] = gemm, wait
+    return out
+
+
+def test_summary_figures_to_the_digit():
+    """Three products of 2, 8 and 4 s (median 4), complex: 8mnk flops."""
+    m, n, k = 1000, 2000, 3000
+    steps = _steps(2, 3, 2, gemm=0.0, wait=0.0)
+    steps[0, :, :, 0] = 1.0  # rank 0: 2 s of GEMM per product
+    steps[1, :, :, 0] = 0.5  # rank 1: 1 s
+    steps[0, :, 0, 2] = [0.1, 0.3, 0.2]  # waits of rank 0's first step, per product
+    steps[1, :, 1, 2] = [0.4, 0.1, 0.1]
+    host = np.zeros((2, 3, 2))
+    host[1, :, 0] = [0.05, 0.25, 0.5]
+    check = Check("freivalds", 1e-9, 2e-8, 0.003)
+    s = summary_figures(m=m, n=n, k=k, dtype="complex64", ranks=2, gpus=2, product_seconds=[2.0, 8.0, 4.0],
+                        step_seconds=steps, host_seconds=host, check=check, paths={"ipc"})
+    assert s["flops"] == 8 * m * n * k == product_flops(m, n, k, "complex128")
+    assert product_flops(m, n, k, "float32") == 2 * m * n * k
+    assert s["seconds"] == 4.0 and s["seconds_min"] == 2.0 and s["seconds_max"] == 8.0
+    assert s["tflops"] == 8 * m * n * k / 4.0 / 1e12
+    assert s["tflops_per_rank"] == s["tflops"] / 2 and s["tflops_per_gpu"] == s["tflops"] / 2
+    # Per product the rank that waited most: 0.4, 0.3, 0.2 → median 0.3.
+    assert s["exposed_comm_seconds"] == 0.3 and s["exposed_comm_fraction"] == 0.3 / 4.0
+    assert s["host_overhead_seconds"] == 0.25 and s["host_overhead_fraction"] == 0.25 / 4.0
+    assert s["gemm_seconds_max"] == 2.0 and s["load_imbalance"] == 2.0 / 1.5 - 1.0
+    assert (s["residual"], s["tolerance"], s["verify_detectable"], s["verified"]) == (1e-9, 2e-8, 0.003, True)
+    assert s["paths"] == ["ipc"]
+
+
+def test_summary_is_printed_whole():
+    """A long value (a deep output path) is printed on one line, not cut at a terminal width."""
+    s = summary_figures(m=1, n=1, k=1, dtype="float64", ranks=1, gpus=0, product_seconds=[1.0],
+                        step_seconds=_steps(1, 1, 1, 1.0, 0.0), host_seconds=np.zeros((1, 1, 1)),
+                        check=Check("freivalds", 0.0, 1.0, 0.5), paths=set())
+    s.update(panel=1, prefetch=1)
+    path = "/very/" + "deep/" * 40 + "results.h5"
+    out = io.StringIO()
+    print_summary(s, path, file=out)
+    text = out.getvalue()
+    assert path in text
+    assert "would not show" in text and "50 %" in text
+
+
+# -- a whole run with products of known length ---------------------------------------
+
+
+def _known_times(monkeypatch, seconds, wait, host):
+    """Every product of the engine takes ``seconds.pop(0)``, with known waits and host gaps."""
+    original = Engine.multiply
+
+    def multiply(self, record=True):
+        t = original(self, record)
+        t.seconds = seconds.pop(0)
+        t.start = time.perf_counter()
+        t.steps[:, 2] = wait
+        t.host = np.full(len(t.steps), host)
+        return t
+
+    monkeypatch.setattr(Engine, "multiply", multiply)
+
+
+def test_run_reports_median_window_and_complex_flops(tmp_path, monkeypatch):
+    m, n, k = 20, 10, 16
+    _known_times(monkeypatch, [9.0, 2.0, 8.0, 4.0], wait=0.25, host=0.125)  # warm-up 9, timed 2 8 4
+    said = []
+    config = RunConfig(m=m, n=n, k=k, dtype="complex64", device="cpu", panel=4, warmup=1, iters=3,
+                       out=str(tmp_path / "r.h5"))
+    result = hpcmm.run(config, comm=MPI.COMM_SELF, progress=said.append)
+    s = result.summary
+    assert s["seconds"] == pytest.approx(4.0, rel=1e-9)
+    assert s["tflops"] == pytest.approx(8 * m * n * k / 4.0 / 1e12, rel=1e-9)
+    assert s["exposed_comm_seconds"] == 4 * 0.25
+    assert s["exposed_comm_fraction"] == pytest.approx(1.0 / 4.0, rel=1e-9)
+    assert s["host_overhead_fraction"] == pytest.approx(0.5 / 4.0, rel=1e-9)
+    assert s["verified"] is True
+    # Progress lines show the product's window, the figure the summary uses.
+    lines = [line for line in said if line.startswith(("warm-up", "iteration"))]
+    assert [line.split(": ")[1].split()[0] for line in lines] == ["9.0000", "2.0000", "8.0000", "4.0000"]
+    with h5py.File(config.out, "r") as f:
+        np.testing.assert_allclose(f["timings/product_seconds"][()], [2.0, 8.0, 4.0], rtol=1e-9)
+        assert f["timings/start_seconds"].shape == (1, 3)
+        assert f["timings/host_seconds"].shape == (1, 3, 4)
+        assert f["timings"].attrs["clock"] in ("MPI.Wtime (global)", "ping-pong with rank 0")
+        assert float(f["summary"].attrs["seconds"]) == pytest.approx(4.0, rel=1e-9)
+
+
+def test_clock_at_one_rank():
+    clock = SharedClock(MPI.COMM_SELF)
+    assert clock.offset == 0.0 and clock.to_shared(12.5) == 12.5
+    assert product_window(MPI.COMM_SELF, 3.0, 2.5) == (3.0, 5.5)
