@@ -22,8 +22,9 @@ import dataclasses
 import sys
 import time
 
-from .config import DEVICES, DTYPES, TRISTATE, VERIFY_MODES, RunConfig, parse_grid, parse_matrix_source
-from .config import parse_positive_int, settings_from_environment
+from .config import DEVICES, DTYPES, MAX_PREFETCH, TRISTATE, VERIFY_MODES, RunConfig, new_output_name
+from .config import parse_grid, parse_matrix_source, parse_positive_int, settings_from_environment
+from . import status as status_file
 from .errors import HpcmmError, InputError, collective
 from .startup import one_line
 
@@ -90,62 +91,125 @@ def _argtype(parse):
     return convert
 
 
-def _int(name: str, minimum: int = 1):
-    return _argtype(lambda text: parse_positive_int(name, text, minimum=minimum))
+def _int(name: str, minimum: int = 1, maximum: int | None = None):
+    return _argtype(lambda text: parse_positive_int(name, text, minimum=minimum, maximum=maximum))
+
+
+#: The defaults of RunConfig, for the help texts (one home for every default).
+_DEFAULT = RunConfig.__dataclass_fields__
+
+#: How --a and --b name a matrix; the rule for ':' is parse_matrix_source's.
+_SOURCE_HELP = ("read the matrix from FILE.h5:DATASET or FILE.npy, each rank its block "
+                "(default: generated from --seed); the file name ends at the last ':' after "
+                ".h5/.hdf5/.hdf, so paths and dataset names may hold ':' "
+                "(run:1/in.h5:/grp/t=0:A is dataset /grp/t=0:A of run:1/in.h5)")
+
+
+def _default(field: str) -> str:
+    return f"(default {_DEFAULT[field].default})"
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    """Options every subcommand takes."""
+    from . import __version__  # noqa: PLC0415
+
+    p.add_argument("--version", action="version", version=f"hpcmm {__version__}")
+    p.add_argument("--status-file", metavar="PATH",
+                   help="rank 0 writes the exit status and a one-line reason to PATH at the end "
+                        "(batch scripts read it); written atomically")
+
+
+def _add_placement_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("placement")
+    g.add_argument("--device", choices=DEVICES, help=f"where to compute; auto: the GPU if cupy sees one "
+                   f"{_default('device')}")
+    g.add_argument("--grid", type=_argtype(parse_grid), metavar="PRxPC",
+                   help="process grid (default: the most square grid, MPI.Compute_dims)")
+    g.add_argument("--ranks-per-node", type=_int("--ranks-per-node"), metavar="R",
+                   help="treat each group of R ranks of a machine as a separate node (default: real nodes)")
+    g.add_argument("--cuda-aware-mpi", choices=TRISTATE,
+                   help=f"may device buffers go to MPI; auto: ask the MPI library {_default('cuda_aware_mpi')}")
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("problem")
-    g.add_argument("--m", type=_int("--m"), help="rows of A and C")
-    g.add_argument("--n", type=_int("--n"), help="columns of B and C")
-    g.add_argument("--k", type=_int("--k"), help="columns of A, rows of B")
-    g.add_argument("--dtype", choices=DTYPES, help="element type (default float64)")
-    g.add_argument("--tf32", action="store_true", default=None, help="float32 on TF32 tensor cores")
-    g.add_argument("--seed", type=_int("--seed", 0), help="seed of the generated matrices")
-    g.add_argument("--a", type=_argtype(lambda t: parse_matrix_source("--a", t)), metavar="FILE.h5:DATASET|FILE.npy")
-    g.add_argument("--b", type=_argtype(lambda t: parse_matrix_source("--b", t)), metavar="FILE.h5:DATASET|FILE.npy")
+    g.add_argument("--m", type=_int("--m"), help="rows of A and C (default 8192 on GPUs, 1024 on CPUs)")
+    g.add_argument("--n", type=_int("--n"), help="columns of B and C (default as --m)")
+    g.add_argument("--k", type=_int("--k"), help="columns of A, rows of B (default as --m)")
+    g.add_argument("--dtype", choices=DTYPES, help=f"element type {_default('dtype')}")
+    g.add_argument("--tf32", action="store_true", default=None, help="float32 on TF32 tensor cores (default off)")
+    g.add_argument("--seed", type=_int("--seed", 0), help=f"seed of the generated matrices {_default('seed')}")
+    g.add_argument("--a", type=_argtype(lambda t: parse_matrix_source("--a", t)), metavar="FILE.h5:DATASET|FILE.npy",
+                   help=f"A: {_SOURCE_HELP}")
+    g.add_argument("--b", type=_argtype(lambda t: parse_matrix_source("--b", t)), metavar="FILE.h5:DATASET|FILE.npy",
+                   help="B, as --a (default: generated from --seed)")
     g.add_argument("--allow-nonfinite", action="store_true", default=None,
-                   help="run even if the inputs hold NaN or Inf")
-    g = p.add_argument_group("placement")
-    g.add_argument("--device", choices=DEVICES, help="where to compute (default auto: GPU if usable)")
-    g.add_argument("--grid", type=_argtype(parse_grid), metavar="PRxPC", help="process grid (default MPI.Compute_dims)")
-    g.add_argument("--ranks-per-node", type=_int("--ranks-per-node"), metavar="R",
-                   help="treat each group of R ranks of a machine as a separate node")
-    g.add_argument("--cuda-aware-mpi", choices=TRISTATE, help="may device buffers go to MPI (default auto)")
+                   help="run even if the inputs hold NaN or Inf; verification is skipped (default: refuse)")
+    _add_placement_options(p)
     g = p.add_argument_group("algorithm")
-    g.add_argument("--panel", type=_int("--panel"), metavar="W", help="SUMMA panel width (default: chosen)")
-    g.add_argument("--prefetch", type=_int("--prefetch", 0), metavar="D", help="panels in flight (default 1)")
+    g.add_argument("--panel", type=_int("--panel"), metavar="W",
+                   help="SUMMA panel width (default: up to 2048 on GPUs, 256 on CPUs)")
+    g.add_argument("--prefetch", type=_int("--prefetch", 0, MAX_PREFETCH), metavar="D",
+                   help=f"panels in flight ahead of the GEMM, 0 to {MAX_PREFETCH} {_default('prefetch')}")
     g = p.add_argument_group("measurement and output")
-    g.add_argument("--warmup", type=_int("--warmup", 0), metavar="W", help="untimed products (default 1)")
-    g.add_argument("--iters", type=_int("--iters"), metavar="I", help="timed products (default 3)")
-    g.add_argument("--verify", choices=VERIFY_MODES, help="check of C (default freivalds)")
-    g.add_argument("--out", metavar="FILE.h5", help="results file (default hpcmm-results.h5)")
-    g.add_argument("--overwrite", action="store_true", default=None, help="replace an existing --out")
-    g.add_argument("--save-c", action="store_true", default=None, help="store the product as /result/C")
+    g.add_argument("--warmup", type=_int("--warmup", 0), metavar="W", help=f"untimed products {_default('warmup')}")
+    g.add_argument("--iters", type=_int("--iters"), metavar="I", help=f"timed products {_default('iters')}")
+    g.add_argument("--verify", choices=VERIFY_MODES,
+                   help=f"check of C; none: no check, and exit 0 all the same {_default('verify')}")
+    g.add_argument("--out", metavar="FILE.h5",
+                   help="results file; never replaced without --overwrite (default: a new name, "
+                        "hpcmm-results-YYYYmmdd-HHMMSS.h5, printed at the end)")
+    g.add_argument("--overwrite", action="store_true", default=None, help="replace an existing --out (default: refuse)")
+    g.add_argument("--save-c", action="store_true", default=None, help="store the product as /result/C (default off)")
     g.add_argument("--no-timeline", dest="timeline", action="store_false", default=None,
-                   help="do not keep per-event start/end times")
-    g.add_argument("--quiet", action="store_true", default=None, help="print only the summary")
+                   help="do not keep per-event start/end times (default: keep)")
+    g.add_argument("--quiet", action="store_true", default=None, help="print only the summary (default: progress too)")
+
+
+_EPILOG = ("run is the default subcommand: 'python -m hpcmm --m 4096' is 'python -m hpcmm run --m 4096'. "
+           "'python -m hpcmm run --help' lists its options (info, bench and report have their own --help). "
+           "Settings also come from HPCMM_* variables (README.md); an option wins over a variable. "
+           "Exit status: 0 done (C passed its check, or was not checked: --verify none), "
+           "1 C failed its check or an unexpected error, 2 bad input.")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m hpcmm", epilog=_EPILOG,
+                     description="Dense matrix products over many GPUs (or CPUs) with MPI: SUMMA, "
+                                 "results in one HDF5 file.")
     from . import __version__  # noqa: PLC0415
 
-    parser = _Parser(prog="python -m hpcmm", description="Dense matrix products over many GPUs with MPI.")
     parser.add_argument("--version", action="version", version=f"hpcmm {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    _add_run_options(sub.add_parser("run", help="multiply, verify, write the HDF5 file (default)"))
-    _add_run_options(sub.add_parser("info", help="where each rank runs; MPI, CUDA, HDF5 facts"))
-    bench = sub.add_parser("bench", help="benchmark: hpcmm against one GPU and the peers")
-    bench.add_argument("what", nargs="?", choices=("gemm", "transport"), default="gemm")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, title="subcommands",
+                                metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    run = sub.add_parser("run", help="multiply, verify, write the HDF5 file, print a summary (the default)",
+                         description="Multiply, verify, write the HDF5 file, print a summary.")
+    _add_run_options(run)
+    _add_common(run)
+    info = sub.add_parser("info", help="where each rank runs; MPI, CUDA, HDF5 facts",
+                          description="One line per rank (host, node, grid position, GPU), then the "
+                                      "MPI, CUDA-awareness, cupy and HDF5 facts.")
+    _add_placement_options(info)
+    _add_common(info)
+    bench = sub.add_parser("bench", help="benchmark: hpcmm against one GPU and the peers",
+                           description="hpcmm against one GPU's own GEMM and the peers; "
+                                       "'bench transport': GB/s of each data path.")
+    bench.add_argument("what", nargs="?", choices=("gemm", "transport"), default="gemm",
+                       help="what to measure (default gemm)")
     _add_run_options(bench)
     bench.add_argument("--cases", help="semicolon-separated cases, e.g. 'float64:16384;float32:8192x4096x2048'")
     bench.add_argument("--sizes", help="transport sizes in MiB, comma separated (default 1..1024)")
     bench.add_argument("--no-peers", action="store_true", help="skip cuBLASMp and Heat")
-    report = sub.add_parser("report", help="summary of a results file; --plot draws the timeline")
-    report.add_argument("file")
-    report.add_argument("--plot", metavar="PNG", help="draw the Gantt chart of the timed iterations")
-    report.add_argument("--iteration", type=_int("--iteration", 0), default=None)
+    _add_common(bench)
+    report = sub.add_parser("report", help="summary of a results file; --plot draws the timeline",
+                            description="Summary of a results file; --plot draws the timeline.")
+    report.add_argument("file", help="an HDF5 file hpcmm wrote")
+    report.add_argument("--plot", metavar="PNG", help="draw the Gantt chart of one timed product into PNG")
+    report.add_argument("--iteration", type=_int("--iteration", 0), default=None, metavar="I",
+                        help="which timed product --plot draws, counted from 0 (default: the last)")
+    _add_common(report)
     _add_model_parser(sub)
+    _add_common(sub.choices["model"])
     return parser
 
 
@@ -177,8 +241,14 @@ def _parse_or_show(argv: list[str]) -> argparse.Namespace | _Shown:
 
 
 def config_from(ns: argparse.Namespace, environ=None) -> tuple[RunConfig, str]:
-    """Command line over ``HPCMM_*`` over defaults.  Also returns where CUDA-awareness was set."""
+    """Command line over ``HPCMM_*`` over defaults.  Also returns where CUDA-awareness was set.
+
+    ``run`` without ``--out`` writes to a new file (:func:`~hpcmm.config.new_output_name`);
+    the ranks may pick different names at a second's turn: rank 0's is the one used.
+    """
     values = settings_from_environment(environ)
+    if getattr(ns, "command", None) == "run" and ns.out is None:
+        values["out"] = new_output_name()
     source = "HPCMM_CUDA_AWARE_MPI" if "cuda_aware_mpi" in values else "--cuda-aware-mpi"
     for field in RunConfig.__dataclass_fields__:
         if getattr(ns, field, None) is not None:
@@ -234,8 +304,12 @@ def main(argv: list[str] | None = None) -> int:
 
     Run it through :func:`hpcmm.startup.launch` (``python -m hpcmm`` does), which
     handles signals and turns whatever leaves this function into ``MPI_Abort``.
+    With ``--status-file`` rank 0 also records how it ended (:mod:`hpcmm.status`).
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    return status_file.recorded(list(sys.argv[1:] if argv is None else argv), _main)
+
+
+def _main(argv: list[str]) -> int:
     from mpi4py import MPI  # noqa: PLC0415
 
     comm = MPI.COMM_WORLD
@@ -247,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     except HpcmmError as exc:
         # Usually raised on every rank with the same text; settle() prints it once.
         status, line = exc.exit_code, f"hpcmm: error: {one_line(exc)}"
+        status_file.note(one_line(exc))
     agreed = settle(ending, status, line)
     if agreed is None:
         # This rank failed alone and the others wait for it inside a collective.
@@ -302,6 +377,7 @@ def _run_main(config: RunConfig, comm, source: str, argv: list[str]) -> int:
     from .summary import print_summary  # noqa: PLC0415
 
     rank = comm.Get_rank()
+    config = config.replace(out=comm.bcast(config.out, root=0))  # a default name: rank 0's
     with collective(comm):
         if rank == 0:
             # Also done by run(), which does not know that --out must never name an input.

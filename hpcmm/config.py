@@ -10,9 +10,10 @@ MPI, so every rank validates the same arguments and reaches the same verdict.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .errors import InputError
 
@@ -20,6 +21,7 @@ __all__ = [
     "DTYPES",
     "ENVIRONMENT",
     "RunConfig",
+    "new_output_name",
     "parse_fault",
     "parse_grid",
     "parse_matrix_source",
@@ -36,34 +38,59 @@ TRISTATE = ("auto", "yes", "no")
 #: Default problem: big enough to keep one modern GPU busy, small enough for a laptop.
 DEFAULT_SIZE_GPU = 8192
 DEFAULT_SIZE_CPU = 1024
+#: Most panels in flight ahead of the GEMM (``--prefetch``).
+MAX_PREFETCH = 8
+#: Files the command line names itself when ``--out`` is not given (see :func:`new_output_name`).
+OUTPUT_PATTERN = "hpcmm-results-%Y%m%d-%H%M%S"
 
 
 #: The largest integer a setting may take: the results file stores every one as a 64-bit integer.
 INT_MAX = 2**63 - 1
 
 
-def parse_positive_int(name: str, text: object, *, minimum: int = 1) -> int:
-    """Parse ``text`` as an integer of at least ``minimum`` and at most :data:`INT_MAX`.
+def parse_positive_int(name: str, text: object, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """Parse ``text`` as an integer of at least ``minimum`` and at most ``maximum`` (:data:`INT_MAX`).
 
     Raises
     ------
     InputError
         Naming ``name`` and the bad value.
     """
+    wanted = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
     if isinstance(text, bool):
-        raise InputError(f"{name}={text!r}: expected an integer >= {minimum}")
+        raise InputError(f"{name}={text!r}: expected an integer {wanted}")
     if isinstance(text, int):
         value = text
     else:
         s = str(text).strip()
         if not re.fullmatch(r"[+-]?\d+", s):
-            raise InputError(f"{name}={text!r}: expected an integer >= {minimum}")
+            raise InputError(f"{name}={text!r}: expected an integer {wanted}")
         value = int(s)
-    if value < minimum:
-        raise InputError(f"{name}={value}: expected an integer >= {minimum}")
+    if value < minimum or (maximum is not None and value > maximum):
+        raise InputError(f"{name}={value}: expected an integer {wanted}")
     if value > INT_MAX:
         raise InputError(f"{name}={value}: expected an integer <= {INT_MAX} (2**63 - 1, what the results file stores)")
     return value
+
+
+def new_output_name(directory: str = ".", now: datetime.datetime | None = None) -> str:
+    """A results file name that no file in ``directory`` has yet.
+
+    ``hpcmm-results-YYYYmmdd-HHMMSS.h5`` from the local time, with ``-2``,
+    ``-3``, ... appended when runs start within the same second, so that running
+    the same command twice never collides with the first run's file.
+
+    Examples
+    --------
+    >>> new_output_name("/nonexistent", datetime.datetime(2026, 11, 29, 23, 5, 7))
+    'hpcmm-results-20261129-230507.h5'
+    """
+    stem = (now or datetime.datetime.now()).strftime(OUTPUT_PATTERN)
+    name, number = f"{stem}.h5", 1
+    while os.path.lexists(os.path.join(directory, name)):
+        number += 1
+        name = f"{stem}-{number}.h5"
+    return name
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -108,16 +135,38 @@ def format_fault(fault: tuple[int, str, str]) -> str:
     return f"{rank}:{phase}" if action == "raise" else f"{rank}:{phase}:{action}"
 
 
+HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf")
+
+
 def parse_matrix_source(name: str, text: str) -> tuple[str, str | None]:
-    """Split ``FILE.h5:DATASET`` or ``FILE.npy`` into ``(path, dataset)``."""
-    path, sep, dataset = str(text).rpartition(":")
-    if not sep:
-        path, dataset = text, None
+    """Split ``FILE.h5:DATASET`` or ``FILE.npy`` into ``(path, dataset)``.
+
+    The file name ends at the last ``:`` that follows ``.h5``, ``.hdf5`` or
+    ``.hdf``, so that both the path and the dataset may hold ``:``; a text
+    ending in ``.npy`` is a path as a whole.
+
+    Examples
+    --------
+    >>> parse_matrix_source("--a", "run:1/in.h5:/group/A")
+    ('run:1/in.h5', '/group/A')
+    >>> parse_matrix_source("--a", "in.h5:t=0:A")
+    ('in.h5', 't=0:A')
+    >>> parse_matrix_source("--b", "c:/data/b.npy")
+    ('c:/data/b.npy', None)
+    """
+    text = str(text)
+    if text.endswith(".npy"):
+        return text, None
+    cuts = [i for i, ch in enumerate(text) if ch == ":" and text[:i].endswith(HDF5_SUFFIXES)]
+    if cuts:
+        path, dataset = text[: cuts[-1]], text[cuts[-1] + 1 :]
+    else:
+        path, _, dataset = text.rpartition(":")
+        if not path:
+            path, dataset = text, None
     if path.endswith(".npy"):
-        if dataset is not None:
-            raise InputError(f"{name}={text!r}: a .npy file holds one array; drop ':{dataset}'")
-        return path, None
-    if not path.endswith((".h5", ".hdf5", ".hdf")):
+        raise InputError(f"{name}={text!r}: a .npy file holds one array; drop ':{dataset}'")
+    if not path.endswith(HDF5_SUFFIXES):
         raise InputError(f"{name}={text!r}: expected FILE.h5:DATASET or FILE.npy")
     if not dataset:
         raise InputError(f"{name}={text!r}: name the dataset, as FILE.h5:DATASET")
@@ -134,16 +183,26 @@ def _choice(name: str, allowed: tuple[str, ...]):
     return parse
 
 
+#: Words taken for yes and no in ``HPCMM_*`` variables.
+YES_WORDS = ("yes", "1", "true", "on")
+NO_WORDS = ("no", "0", "false", "off")
+
+
 def _tristate(name: str):
-    parse = _choice(name, TRISTATE + ("1", "0", "true", "false", "on", "off"))
+    """``auto``, or yes/no in any of their spellings, normalised to ``auto``/``yes``/``no``."""
+    parse = _choice(name, ("auto",) + YES_WORDS + NO_WORDS)
 
     def norm(text: str) -> str:
         value = parse(text)
-        return {"1": "yes", "true": "yes", "on": "yes", "0": "no", "false": "no", "off": "no"}.get(
-            value, value
-        )
+        return "yes" if value in YES_WORDS else "no" if value in NO_WORDS else value
 
     return norm
+
+
+def _yes_no(name: str):
+    """Yes/no in any of their spellings as a bool; ``auto`` or anything else is refused."""
+    parse = _choice(name, YES_WORDS + NO_WORDS)
+    return lambda text: parse(text) in YES_WORDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +210,7 @@ class EnvSetting:
     """One ``HPCMM_*`` variable: which field it sets and how it is parsed."""
 
     field: str
-    parse: object
+    parse: Callable[[str], object]
     help: str
 
 
@@ -171,11 +230,11 @@ ENVIRONMENT: dict[str, EnvSetting] = {
     ),
     "HPCMM_PREFETCH": EnvSetting(
         "prefetch",
-        lambda t: parse_positive_int("HPCMM_PREFETCH", t, minimum=0),
+        lambda t: parse_positive_int("HPCMM_PREFETCH", t, minimum=0, maximum=MAX_PREFETCH),
         "panels in flight ahead of the GEMM",
     ),
     "HPCMM_TIMELINE": EnvSetting(
-        "timeline", _tristate("HPCMM_TIMELINE"), "record every transfer and GEMM (yes/no)"
+        "timeline", _yes_no("HPCMM_TIMELINE"), "record every transfer and GEMM (yes or no)"
     ),
     "HPCMM_FAULT": EnvSetting(
         "fault",
@@ -188,6 +247,9 @@ ENVIRONMENT: dict[str, EnvSetting] = {
 def settings_from_environment(environ: Mapping[str, str] | None = None) -> dict[str, object]:
     """Read the ``HPCMM_*`` variables into config field values.
 
+    Every value is checked here as :class:`RunConfig` would check it, so that
+    the message names the variable the bad value came from, not the flag.
+
     Raises
     ------
     InputError
@@ -195,42 +257,21 @@ def settings_from_environment(environ: Mapping[str, str] | None = None) -> dict[
     """
     environ = os.environ if environ is None else environ
     values: dict[str, object] = {}
-    for name, text in environ.items():
+    for name, text in sorted(environ.items()):
         if not name.startswith("HPCMM_"):
             continue
         setting = ENVIRONMENT.get(name)
         if setting is None:
-            if name in _PASSIVE_VARIABLES:
-                continue
             known = ", ".join(sorted(ENVIRONMENT))
             raise InputError(f"{name}={text!r}: unknown setting (known: {known})")
-        values[setting.field] = setting.parse(text)
-    if "timeline" in values:
-        values["timeline"] = values["timeline"] == "yes"
+        value = setting.parse(text)
+        try:
+            RunConfig(**{setting.field: value})
+        except InputError as exc:
+            reason = str(exc).split(": ", 1)[-1]
+            raise InputError(f"{name}={text!r}: {reason}") from None
+        values[setting.field] = value
     return values
-
-
-# Variables of the batch scripts in jobs/ that travel in the same environment.
-_PASSIVE_VARIABLES = frozenset(
-    {
-        "HPCMM_ARGS",
-        "HPCMM_M",
-        "HPCMM_N",
-        "HPCMM_K",
-        "HPCMM_SITE_MPI",
-        "HPCMM_LAUNCHER",
-        "HPCMM_SRUN_MPI",
-        "HPCMM_PYTHON",
-        "HPCMM_OUT_DIR",
-        "HPCMM_SIZES",
-        "HPCMM_DTYPE",
-        "HPCMM_GRID",
-        "HPCMM_MPIEXEC",
-        "HPCMM_GPU_BIND",
-        "HPCMM_STUDY",
-        "HPCMM_RANKS",
-    }
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,9 +325,7 @@ class RunConfig:
             )
         if self.panel is not None:
             parse_positive_int("--panel", self.panel)
-        parse_positive_int("--prefetch", self.prefetch, minimum=0)
-        if self.prefetch > 8:
-            raise InputError(f"--prefetch={self.prefetch}: expected at most 8 panels in flight")
+        parse_positive_int("--prefetch", self.prefetch, minimum=0, maximum=MAX_PREFETCH)
         parse_positive_int("--iters", self.iters)
         parse_positive_int("--warmup", self.warmup, minimum=0)
         parse_positive_int("--seed", self.seed, minimum=0)

@@ -26,6 +26,8 @@ from .inputs import MatrixSource, check_pair, generate_block, open_source
 from .layout import Layout
 from .metadata import topology_row, versions
 from .summary import summary_figures
+from .threads import attributes as blas_attributes
+from .threads import limit_blas_threads
 from .topology import Topology
 from .transport import PATHS, decide
 from .verify import Check, check_full_size, freivalds, full_check
@@ -139,6 +141,7 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
                 h5io.check_output_path(config.out, config.overwrite)
     sources = _inspect_inputs(comm, config)
     topo = Topology.create(comm, config)
+    blas = limit_blas_threads(topo)  # each rank's share of its node's cores (hpcmm/threads.py)
     backend = engine = None
     collective_exit = True
     try:
@@ -223,6 +226,7 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
         collective_exit = False
         raise
     finally:
+        blas.restore()
         if collective_exit:
             if engine is not None:
                 engine.close()
@@ -292,6 +296,7 @@ def _gather_and_write(config, topo, backend, layout, engine, awareness, timing, 
                            backend=backend.name, steps=len(engine.plan),
                            cuda_aware_mpi_decision=awareness.aware, cuda_aware_mpi_reason=awareness.reason,
                            ranks_per_node=topo.ranks_per_node or 0, nodes=topo.vnode_count)
+                cfg.update(blas_attributes())
                 tl = [e["timeline"] for e in everyone if e["timeline"] is not None]
                 h5io.write_results(tmp, {
                     "root": {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(),

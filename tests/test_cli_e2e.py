@@ -6,6 +6,7 @@ Each test starts a real job with the launcher of :mod:`launcher` (the
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -130,8 +131,9 @@ def test_no_arguments_runs_the_default_job(mpiexec, tmp_path):
     """What the README promises: ``mpiexec -n 2 python -m hpcmm`` in an empty folder."""
     proc = hpcmm(mpiexec, 2, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout
-    assert [p.name for p in tmp_path.iterdir()] == ["hpcmm-results.h5"]
-    with h5py.File(tmp_path / "hpcmm-results.h5", "r") as f:
+    names = [p.name for p in tmp_path.iterdir()]
+    assert len(names) == 1 and re.fullmatch(r"hpcmm-results-\d{8}-\d{6}(-\d+)?\.h5", names[0]), names
+    with h5py.File(tmp_path / names[0], "r") as f:
         config, summary = f["config"].attrs, f["summary"].attrs
         assert (int(config["m"]), int(config["n"]), int(config["k"])) == (1024, 1024, 1024)
         assert config["backend"] == "numpy"

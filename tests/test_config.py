@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
+import re
 
 import pytest
 
@@ -13,6 +15,7 @@ from hpcmm.config import (
     DEFAULT_SIZE_GPU,
     ENVIRONMENT,
     RunConfig,
+    new_output_name,
     parse_grid,
     parse_matrix_source,
     parse_positive_int,
@@ -35,7 +38,7 @@ BAD_CONFIGS = [
     ({"cuda_aware_mpi": "perhaps"}, "--cuda-aware-mpi='perhaps'"),
     ({"panel": 0}, "--panel=0"),
     ({"prefetch": -1}, "--prefetch=-1"),
-    ({"prefetch": 9}, "--prefetch=9"),
+    ({"prefetch": 9}, "--prefetch=9: expected an integer from 0 to 8"),
     ({"iters": 0}, "--iters=0"),
     ({"warmup": -2}, "--warmup=-2"),
     ({"seed": -1}, "--seed=-1"),
@@ -122,6 +125,12 @@ def test_parse_grid_rejects(text):
     ("a:b.h5:X", ("a:b.h5", "X")),
     ("m.npy", ("m.npy", None)),
     ("/abs/m.npy", ("/abs/m.npy", None)),
+    # ':' in the path and in the dataset: the file name ends at the last ':' after .h5.
+    ("run:1/in.h5:/grp/t=0:A", ("run:1/in.h5", "/grp/t=0:A")),
+    ("in.hdf:a:b", ("in.hdf", "a:b")),
+    ("x.h5:dir/in.h5:A", ("x.h5:dir/in.h5", "A")),
+    ("c:/data/m.npy", ("c:/data/m.npy", None)),
+    ("in.h5:x.h5", ("in.h5", "x.h5")),
 ])
 def test_parse_matrix_source(text, parsed):
     assert parse_matrix_source("--a", text) == parsed
@@ -132,6 +141,8 @@ def test_parse_matrix_source(text, parsed):
     ("m.txt", "expected FILE.h5:DATASET or FILE.npy"),
     ("in.h5", "name the dataset"),
     ("in.h5:", "name the dataset"),
+    ("in:A", "expected FILE.h5:DATASET or FILE.npy"),
+    ("dir:x/m.txt:A", "expected FILE.h5:DATASET or FILE.npy"),
 ])
 def test_parse_matrix_source_rejects(text, why):
     with pytest.raises(InputError) as info:
@@ -154,6 +165,9 @@ def test_parse_matrix_source_rejects(text, why):
     ("HPCMM_PREFETCH", "0", "prefetch", 0),
     ("HPCMM_TIMELINE", "no", "timeline", False),
     ("HPCMM_TIMELINE", "true", "timeline", True),
+    ("HPCMM_TIMELINE", "YES", "timeline", True),
+    ("HPCMM_TIMELINE", "0", "timeline", False),
+    ("HPCMM_PREFETCH", "8", "prefetch", 8),
 ])
 def test_environment_variables(name, text, field, value):
     assert name in ENVIRONMENT
@@ -166,13 +180,30 @@ def test_environment_variables(name, text, field, value):
     ("HPCMM_RANKS_PER_NODE", "0"),
     ("HPCMM_PANEL", "wide"),
     ("HPCMM_PREFETCH", "-1"),
+    # In range for an integer, out of range for the setting: still the variable's name.
+    ("HPCMM_PREFETCH", "9"),
     ("HPCMM_TIMELINE", "2"),
+    # auto is no value of a yes/no setting (it used to switch the timeline off).
+    ("HPCMM_TIMELINE", "auto"),
+    ("HPCMM_FAULT", "0:nowhere"),
 ])
 def test_environment_bad_value_names_the_variable(name, text):
     with pytest.raises(InputError) as info:
         settings_from_environment({name: text})
-    assert str(info.value).startswith(f"{name}=")
-    assert repr(text) in str(info.value) or text in str(info.value)
+    message = str(info.value)
+    assert message.startswith(f"{name}=")
+    assert repr(text) in message or text in message
+    assert "--" not in message.split(":", 1)[0] and "\n" not in message
+
+
+def test_environment_error_names_the_variable_not_the_flag_end_to_end():
+    """Through the command line too: the variable is named, the flag is not."""
+    with pytest.raises(InputError) as info:
+        cli.config_from(cli.parse([]), {"HPCMM_PREFETCH": "9"})
+    assert str(info.value) == "HPCMM_PREFETCH=9: expected an integer from 0 to 8"
+    # The same value as a flag names the flag.
+    with pytest.raises(InputError, match=r"^argument --prefetch: --prefetch=9: expected an integer from 0 to 8"):
+        cli.parse(["--prefetch", "9"])
 
 
 def test_unknown_hpcmm_variable_is_rejected():
@@ -186,9 +217,18 @@ def test_unknown_hpcmm_variable_is_rejected():
 
 def test_other_variables_are_ignored():
     environ = {"PATH": "/bin", "HPCMMX": "1", "OMP_NUM_THREADS": "1", "HPCMM_PANEL": "3",
-               # Variables of the batch scripts in jobs/ that travel with the job.
-               "HPCMM_ARGS": "--iters 1", "HPCMM_M": "97", "HPCMM_SITE_MPI": "openmpi"}
+               # The batch scripts' own settings (jobs/) have a prefix of their own.
+               "JOB_ARGS": "--iters 1", "JOB_M": "97", "JOB_SITE_MPI": "openmpi"}
     assert settings_from_environment(environ) == {"panel": 3}
+
+
+@pytest.mark.parametrize("name", ["HPCMM_M", "HPCMM_ARGS", "HPCMM_SITE_MPI", "HPCMM_PYTHON", "HPCMM_"])
+def test_every_unknown_hpcmm_name_is_refused(name):
+    """No HPCMM_* name passes silently, the batch scripts' old names included."""
+    with pytest.raises(InputError) as info:
+        settings_from_environment({name: "100"})
+    assert str(info.value).startswith(f"{name}='100': unknown setting")
+    assert "\n" not in str(info.value)
 
 
 def test_environment_defaults_to_os_environ(monkeypatch):
@@ -302,3 +342,88 @@ def test_config_from_validates_the_combination():
         cli.config_from(cli.parse(["--tf32", "--dtype", "float64"]), {})
     with pytest.raises(InputError, match="exclude each other"):
         cli.config_from(cli.parse(["--a", "a.h5:A", "--b", "a.h5:B", "--m", "4"]), {})
+
+
+# -- help, version and the default output name ------------------------------------
+
+
+def _subparser(name: str):
+    parser = cli.build_parser()
+    return next(a for a in parser._actions if a.dest == "command").choices[name]
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["run", "--version"], ["info", "--version"],
+                                  ["bench", "--version"], ["report", "--version"]])
+def test_every_subcommand_takes_version(argv, capsys):
+    from hpcmm import __version__
+
+    with pytest.raises(SystemExit) as info:
+        cli.parse(argv)
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"hpcmm {__version__}"
+
+
+def test_top_level_help_lists_subcommands_and_points_to_run_help():
+    text = cli.build_parser().format_help()
+    for sub in cli.SUBCOMMANDS:
+        assert sub in text
+    assert "python -m hpcmm run --help" in text
+    assert "run is the default subcommand" in text
+    assert "--verify none" in text  # exit 0 is said truthfully
+
+
+def test_every_option_has_help_and_value_options_say_their_default():
+    """--a, --b, --iteration and the rest: no option without help; defaults shown."""
+    for name in ("run", "info", "bench", "report"):
+        for action in _subparser(name)._actions:
+            if not action.option_strings or action.dest in ("help", "version"):
+                continue
+            flag = action.option_strings[0]
+            assert action.help, f"{name} {flag} has no help"
+            if action.dest in RunConfig.__dataclass_fields__ or flag == "--iteration":
+                assert "default" in action.help, f"{name} {flag}: help does not say the default"
+
+
+@pytest.mark.parametrize("flag, field", [("--dtype", "dtype"), ("--seed", "seed"), ("--prefetch", "prefetch"),
+                                         ("--iters", "iters"), ("--warmup", "warmup"), ("--verify", "verify")])
+def test_help_shows_the_real_default(flag, field):
+    action = next(a for a in _subparser("run")._actions if flag in a.option_strings)
+    assert f"(default {getattr(RunConfig(), field)})" in action.help
+
+
+def test_matrix_source_help_says_how_colons_are_written():
+    action = next(a for a in _subparser("run")._actions if "--a" in a.option_strings)
+    assert "':'" in action.help
+    # The example in the help parses as the help says.
+    assert parse_matrix_source("--a", "run:1/in.h5:/grp/t=0:A") == ("run:1/in.h5", "/grp/t=0:A")
+    assert "dataset /grp/t=0:A of run:1/in.h5" in action.help
+
+
+def test_info_lists_only_the_options_info_uses():
+    flags = {o for a in _subparser("info")._actions for o in a.option_strings}
+    assert flags == {"-h", "--help", "--version", "--status-file", "--device", "--grid",
+                     "--ranks-per-node", "--cuda-aware-mpi"}
+    with pytest.raises(InputError, match="unrecognized arguments: --m"):
+        cli.parse(["info", "--m", "5"])
+
+
+def test_run_without_out_gets_a_new_name_and_explicit_out_is_kept(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config, _ = cli.config_from(cli.parse([]), {})
+    assert re.fullmatch(r"hpcmm-results-\d{8}-\d{6}(-\d+)?\.h5", config.out)
+    config, _ = cli.config_from(cli.parse(["--out", "mine.h5"]), {})
+    assert config.out == "mine.h5" and config.overwrite is False
+    # Other subcommands keep their own default files.
+    config, _ = cli.config_from(cli.parse(["info"]), {})
+    assert config.out == RunConfig().out
+
+
+def test_new_output_name_never_collides(tmp_path):
+    now = datetime.datetime(2026, 11, 29, 23, 5, 7)
+    first = new_output_name(str(tmp_path), now)
+    assert first == "hpcmm-results-20261129-230507.h5"
+    (tmp_path / first).touch()
+    second = new_output_name(str(tmp_path), now)
+    assert second == "hpcmm-results-20261129-230507-2.h5"
+    (tmp_path / second).touch()
+    assert new_output_name(str(tmp_path), now) == "hpcmm-results-20261129-230507-3.h5"

@@ -15,7 +15,8 @@ import pytest
 from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 
 from hpcmm import cli
-from hpcmm.config import ENVIRONMENT
+from hpcmm.config import ENVIRONMENT, MAX_PREFETCH, OUTPUT_PATTERN, settings_from_environment
+from hpcmm.errors import InputError
 
 README = (REPO / "README.md").read_text()
 SCHEMA = (REPO / "docs" / "hdf5-schema.md").read_text()
@@ -45,9 +46,11 @@ def test_ci_runs_exactly_the_readme_test_command():
     commands = [line for line in ci.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert TEST_COMMAND in commands
     assert "set -euo pipefail" in commands
-    # Nothing else that installs or tests.
+    # Nothing else that installs or tests, but the parallel HDF5 job, after the suite.
     others = [c for c in commands if c not in (TEST_COMMAND, "set -euo pipefail")]
-    assert all(re.match(r"(cd |echo |export REQUIRE_SLURM=1$)", c) for c in others), others
+    assert all(re.match(r"(cd |echo |export REQUIRE_SLURM=1$|bash \.ci/parallel-hdf5$)", c) for c in others), others
+    assert commands.index("bash .ci/parallel-hdf5") > commands.index(TEST_COMMAND)
+    assert "`.ci/parallel-hdf5`" in README
 
 
 @pytest.mark.parametrize("option", sorted(all_options()))
@@ -112,6 +115,123 @@ def test_schema_documents_every_name(results_file):
 def test_schema_reading_example_runs(results_file, tmp_path, monkeypatch):
     """The h5py example at the end of docs/hdf5-schema.md runs on a real file."""
     code = re.findall(r"```python\n(.*?)```", SCHEMA, re.S)[-1]
-    (tmp_path / "hpcmm-results.h5").write_bytes(results_file.read_bytes())
+    (tmp_path / "run.h5").write_bytes(results_file.read_bytes())
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "docs/hdf5-schema.md", "exec"), {})  # noqa: S102 - our own documentation
+
+
+# -- claims of README.md that a test can check -------------------------------------------
+
+
+def readme_table(heading_line: str) -> list[list[str]]:
+    """The rows of the Markdown table whose header line starts with ``heading_line`` (header left out)."""
+    lines = README[README.index(heading_line):].splitlines()[1:]
+    rows = []
+    for line in lines:
+        if not line.strip() and not rows:
+            continue
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not set("".join(cells)) <= set("-: "):
+            rows.append(cells)
+    return rows
+
+
+def test_readme_names_the_default_output_file():
+    shown = OUTPUT_PATTERN.replace("%Y", "YYYY").replace("%m", "mm").replace("%d", "dd")
+    shown = shown.replace("%H", "HH").replace("%M", "MM").replace("%S", "SS") + ".h5"
+    assert f"`{shown}`" in README
+    assert "hpcmm-results.h5`" not in README  # the old fixed name, which collided
+
+
+def test_readme_variable_values_are_exactly_what_hpcmm_takes():
+    """Every value the variables table lists is accepted; HPCMM_TIMELINE=auto is not."""
+    rows = readme_table("| variable | sets | values |")
+    assert {r[0].strip("`") for r in rows} == set(ENVIRONMENT)
+    for name, _, values in rows:
+        name = name.strip("`")
+        for value in re.findall(r"`([^`]+)`", values):
+            if name == "HPCMM_FAULT":
+                value = "0:multiply"  # RANK:PHASE[:ACTION]
+            settings_from_environment({name: value})
+    for name, value in [("HPCMM_TIMELINE", "auto"), ("HPCMM_PREFETCH", str(MAX_PREFETCH + 1))]:
+        with pytest.raises(InputError, match=f"^{name}="):
+            settings_from_environment({name: value})
+    assert f"0 ≤ D ≤ {MAX_PREFETCH}" in README and f"(0 … {MAX_PREFETCH})" in README
+
+
+def test_readme_says_which_options_info_takes():
+    sub = next(a for a in cli.build_parser()._actions if a.dest == "command")
+    info = {o for a in sub.choices["info"]._actions for o in a.option_strings} - {"-h", "--help", "--version",
+                                                                                  "--status-file"}
+    sentence = re.search(r"`info` takes only (.*?)\):", README, re.S).group(1)
+    assert set(re.findall(r"`(--[\w-]+)`", sentence)) == info
+
+
+def test_readme_exit_zero_row_covers_verify_none(tmp_path):
+    """Exit 0 is documented for --verify none, and that is what a run does."""
+    row = next(r for r in readme_table("| status | meaning |") if r[0] == "0")
+    assert "`--verify none`" in row[1]
+    environ = quiet_environment()
+    environ["HPCMM_DEVICE"] = "cpu"
+    environ["PYTHONPATH"] = ":".join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
+    out = tmp_path / "none.h5"
+    proc = run_launcher([sys.executable, "-m", "hpcmm", "--m", "9", "--n", "8", "--k", "7", "--verify", "none",
+                         "--quiet", "--out", str(out)], 120, cwd=tmp_path, env=environ)
+    assert proc.returncode == 0, proc.stdout
+    with h5py.File(out, "r") as f:
+        assert not bool(f["summary"].attrs["verified"]) and f["summary"].attrs["verify"] == "none"
+
+
+# -- claims of jobs/README.md ----------------------------------------------------------------
+
+JOBS = REPO / "jobs"
+JOBS_README = (JOBS / "README.md").read_text()
+SCRIPTS = {p.name: p.read_text() for p in sorted(JOBS.glob("*.sbatch"))}
+
+
+def test_jobs_readme_lists_exactly_the_settings_the_scripts_read():
+    used = set()
+    for text in SCRIPTS.values():
+        used |= set(re.findall(r"\$\{(JOB_[A-Z_]+)", text))
+    table = JOBS_README[JOBS_README.index("| variable | meaning | default |"):].split("\n\n")[0]
+    documented = set(re.findall(r"`(JOB_[A-Z_]+)`", table))
+    assert used == documented
+
+
+def test_jobs_readme_exit_statuses_match_the_scripts():
+    table = JOBS_README[JOBS_README.index("| exit status | result | cause |"):].split("\n\n")[0]
+    rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d) \| `([a-z ]+)", table, re.M)}
+    assert sorted(rows) == [0, 1, 2, 3, 4, 5]
+    for text in SCRIPTS.values():
+        assert "EXIT_ENVIRONMENT=3 " in text and "EXIT_LAUNCHER=4 " in text and "EXIT_UNFINISHED=5 " in text
+        for code, word in ((3, "environment: "), (4, "launcher: "), (5, "unfinished: ")):
+            assert rows[code] == word.strip(": "), rows
+            assert word in text
+
+
+def test_jobs_readme_default_shapes_match_the_sbatch_lines():
+    for script, text in SCRIPTS.items():
+        row = next(line for line in JOBS_README.splitlines() if line.startswith(f"| `{script}`"))
+        shape = row.rsplit("|", 2)[-2]
+        nodes = re.search(r"^#SBATCH --nodes=(\d+)", text, re.M).group(1)
+        assert f"{nodes} node" in shape, (script, shape)
+        gpus = re.search(r"^#SBATCH --gpus-per-node=(\d+)", text, re.M)
+        if gpus:
+            assert f"× {gpus.group(1)} GPUs" in shape, (script, shape)
+        size = re.search(r"^m=\$\{JOB_M:-(\d+)\}", text, re.M)
+        if size:
+            assert f"{size.group(1)}³" in shape, (script, shape)
+
+
+def test_jobs_readme_speaks_of_what_exists():
+    assert "planned" not in JOBS_README
+    for sub in re.findall(r"python -m hpcmm (\w+)", JOBS_README):
+        assert sub in cli.SUBCOMMANDS, sub
+    for script in re.findall(r"jobs/([\w-]+\.sbatch)", JOBS_README):
+        assert script in SCRIPTS, script
+    assert "HDF5_USE_FILE_LOCKING=FALSE" in JOBS_README
+    for text in SCRIPTS.values():
+        assert "export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}" in text
+        assert "--mpi=pmi2" not in text  # the site's default plugin, unless the user names one

@@ -1,16 +1,23 @@
-"""Every batch script in ``jobs/`` runs to completion on a real SLURM.
+"""Every batch script in ``jobs/`` on a real SLURM, and every way a job can end.
 
 The module starts a one-node cluster on this machine: Debian's ``slurm-wlm``
 (installed with apt-get when missing) and ``munge``, configured in a temporary
 folder for the machine's own hostname, with eight GPUs declared as GRES and
 backed by stand-in device files so that the GPU scripts schedule.  Without a
-GPU hpcmm then takes its CPU path (``--device auto``).  Each script is submitted with
-``sbatch`` at a small size on 2-4 tasks, with ``srun --mpi=pmi2`` for some and
-the environment's ``mpiexec`` (MPICH's Hydra) for others; the test waits for
-every job, checks its state and exit code in ``scontrol show job``, and reads
-``/summary`` back from the HDF5 files the jobs wrote.  Two more jobs, one
-through srun and one through mpiexec, are given bad input (``--m 0``) and must
-end FAILED with hpcmm's exit status 2.
+GPU hpcmm then takes its CPU path (``--device auto``).  The site's default MPI
+plugin is ``pmi2`` (``MpiDefault``), which the tests' MPICH speaks; the scripts
+must use it without being told.
+
+:data:`PLAN` submits each script at a small size on 2-4 tasks, through srun and
+through mpiexec, and then every case a user meets in the first hour: GPUs asked
+for as ``--gres`` rather than the script's ``--gpus-per-node``, ``sbatch
+--export=NONE`` (settings as arguments; the Python found by the script), a
+Python without hpcmm, a missing Python, an srun plugin that does not match the
+MPI library, bad input, a failed check, a rank that fails alone, an old
+``HPCMM_*`` name of the scripts, a bad job setting.  Each job must end in the
+state and exit code :data:`PLAN` gives, with the right reason on its last line
+(``hpcmm job ID result: ...``); the files of the jobs that succeed are read
+back.
 
 Needs root (slurmd starts jobs as any user) and either the SLURM binaries or
 apt-get; otherwise the tests are skipped with the reason, or fail where
@@ -28,6 +35,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -66,13 +75,16 @@ HOPELESS_REASONS = ("PartitionConfig", "BadConstraints", "ReqNodeNotAvail", "Inv
 
 # Small products; sizes not multiples of the grid on purpose.  One iteration
 # keeps each job to a few seconds on a loaded 2-core machine.
-SMALL = {"HPCMM_M": "97", "HPCMM_N": "83", "HPCMM_K": "71",
-         "HPCMM_ARGS": "--iters 1 --warmup 0"}
+SMALL = {"JOB_M": "97", "JOB_N": "83", "JOB_K": "71", "JOB_ARGS": "--iters 1 --warmup 0"}
+#: The same as arguments after the script's name (they survive --export=NONE).
+SMALL_ARGS = tuple(f"{k}={v}" for k, v in SMALL.items())
+#: A Python that exists but has no hpcmm: the one this test's venv was made from.
+BARE_PYTHON = getattr(sys, "_base_executable", None) or "/usr/bin/python3"
 
 
 @dataclasses.dataclass
 class JobSpec:
-    """One ``sbatch`` submission and what it must end as.
+    """One ``sbatch`` submission and how it must end.
 
     Parameters
     ----------
@@ -83,42 +95,107 @@ class JobSpec:
     sbatch_args
         Options before the script (they override its ``#SBATCH`` lines).
     env
-        Variables for the job (sbatch exports the environment to it).
-    ok
-        Whether the job must end COMPLETED (else FAILED with a non-zero exit code).
+        Variables for the job (sbatch exports the environment to it by default).
+    args
+        ``NAME=VALUE`` arguments after the script.
+    exit_code
+        The job's exit status: 0 (then COMPLETED) or the script's status for
+        the failure (then FAILED).
+    result
+        Regular expression the reason on the job's last line must match.
     h5_files
         How many HDF5 files a successful job writes.
+    python
+        Whether the submitting environment names the Python (``JOB_PYTHON``);
+        without it the script must find one itself.
+    folder
+        Where to submit from: ``work`` has a ``.venv`` (a link to this
+        Python's environment), ``bare`` has none.
     """
 
     label: str
     script: str
     sbatch_args: tuple[str, ...]
     env: dict[str, str]
-    ok: bool = True
+    args: tuple[str, ...] = ()
+    exit_code: int = 0
+    result: str = "ok"
     h5_files: int = 1
+    python: bool = True
+    folder: str = "work"
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
 
     def command(self) -> list[str]:
         """The submit line, relative to the repository root as in jobs/README.md."""
-        return ["sbatch", *self.sbatch_args, f"jobs/{self.script}"]
+        return ["sbatch", *self.sbatch_args, f"jobs/{self.script}", *self.args]
+
+    def command_line(self) -> str:
+        """The submit line with its variables, as a user would type it."""
+        env = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        return " ".join([*env, *map(shlex.quote, self.command())])
 
 
-#: Every submission; together they cover every script in jobs/ and both launchers.
+#: Every submission; together they cover every script in jobs/, both launchers, and
+#: every way a job ends (exit statuses: jobs/README.md).
 PLAN = (
+    # srun with the site's default plugin (pmi2 here), not one the script picks.
     JobSpec("single-node-srun", "single-node.sbatch",
             ("--ntasks-per-node=2", "--gpus-per-node=2"), dict(SMALL)),
+    # GPUs asked for as --gres: the step takes the job's 2, not the script's 8.
+    JobSpec("single-node-gres", "single-node.sbatch",
+            ("--gres=gpu:2", "--ntasks-per-node=2"), dict(SMALL)),
     JobSpec("multi-node-mpiexec", "multi-node.sbatch",
             ("-N", "1", "--ntasks-per-node=4", "--gpus-per-node=4"),
-            dict(SMALL, HPCMM_LAUNCHER="mpiexec", HPCMM_SITE_MPI="none")),
+            dict(SMALL, JOB_LAUNCHER="mpiexec", JOB_SITE_MPI="none")),
     JobSpec("scaling-srun", "scaling.sbatch",
             ("-N", "1", "--ntasks-per-node=2", "--gpus-per-node=2"),
-            {"HPCMM_SIZES": "61", "HPCMM_ARGS": "--iters 1 --warmup 0"}, h5_files=4),
+            {"JOB_SIZES": "61", "JOB_ARGS": "--iters 1 --warmup 0"}, h5_files=4),
     JobSpec("cpu-smoke-mpiexec", "cpu-smoke.sbatch", ("--ntasks=2",),
-            dict(SMALL, HPCMM_LAUNCHER="mpiexec")),
+            dict(SMALL, JOB_LAUNCHER="mpiexec")),
+    # --export=NONE: no variable of the submitting shell reaches the job.
+    JobSpec("cpu-smoke-export-none", "cpu-smoke.sbatch", ("--export=NONE", "--ntasks=2"), {},
+            args=(*SMALL_ARGS, "JOB_PYTHON=" + sys.executable), python=False),
+    JobSpec("cpu-smoke-export-none-finds-venv", "cpu-smoke.sbatch", ("--export=NONE", "--ntasks=2"), {},
+            args=SMALL_ARGS, python=False),
+    JobSpec("cpu-smoke-export-none-no-python", "cpu-smoke.sbatch", ("--export=NONE", "--ntasks=2"), {},
+            args=SMALL_ARGS, python=False, folder="bare", exit_code=3,
+            result=r"environment: no Python with hpcmm \(tried .*/bare/\.venv/bin/python python3 python\);"
+                   r" name one: JOB_PYTHON=.*"),
+    JobSpec("cpu-smoke-python-without-hpcmm", "cpu-smoke.sbatch", ("--ntasks=2",),
+            dict(SMALL, JOB_PYTHON=BARE_PYTHON), exit_code=3,
+            result=rf"environment: JOB_PYTHON={re.escape(BARE_PYTHON)} cannot import hpcmm\b.*"),
+    JobSpec("cpu-smoke-missing-python", "cpu-smoke.sbatch", ("--ntasks=2",),
+            dict(SMALL, JOB_PYTHON="/nonexistent/bin/python"), exit_code=3,
+            result=r"environment: JOB_PYTHON=/nonexistent/bin/python: no such program"),
+    JobSpec("cpu-smoke-bad-launcher", "cpu-smoke.sbatch", ("--ntasks=2",),
+            dict(SMALL, JOB_LAUNCHER="qsub"), exit_code=3,
+            result=r"environment: JOB_LAUNCHER=qsub: expected srun or mpiexec"),
+    # An srun plugin the MPI library does not speak: each task is a 1-rank job.
+    JobSpec("cpu-smoke-wrong-plugin", "cpu-smoke.sbatch", ("--ntasks=2",),
+            dict(SMALL, JOB_SRUN_MPI="none"), exit_code=4,
+            result=r"launcher: the 2 tasks did not form one MPI job \(hpcmm saw 1 rank\(s\)\): "
+                   r"srun --mpi=none does not match the MPI library; .*JOB_SRUN_MPI"),
     JobSpec("cpu-smoke-bad-input-srun", "cpu-smoke.sbatch", ("--ntasks=2",),
-            dict(SMALL, HPCMM_ARGS="--m 0"), ok=False),
+            dict(SMALL, JOB_ARGS="--m 0"), exit_code=2,
+            result=r"bad input: argument --m: --m=0: expected an integer >= 1"),
     JobSpec("single-node-bad-input-mpiexec", "single-node.sbatch",
             ("--ntasks-per-node=2", "--gpus-per-node=2"),
-            dict(SMALL, HPCMM_LAUNCHER="mpiexec", HPCMM_ARGS="--m 0"), ok=False),
+            dict(SMALL, JOB_LAUNCHER="mpiexec", JOB_ARGS="--m 0"), exit_code=2,
+            result=r"bad input: argument --m: --m=0: expected an integer >= 1"),
+    # The scripts' settings used to be HPCMM_*; hpcmm refuses names it does not know.
+    JobSpec("cpu-smoke-old-variable", "cpu-smoke.sbatch", ("--ntasks=2",),
+            dict(SMALL, HPCMM_M="97"), exit_code=2,
+            result=r"bad input: HPCMM_M='97': unknown setting \(known: .*\)"),
+    JobSpec("cpu-smoke-verification-failed", "cpu-smoke.sbatch", ("--ntasks=2",),
+            dict(SMALL, HPCMM_FAULT="1:corrupt"), exit_code=1,
+            result=r"verification failed: full residual .* > tolerance .*"),
+    # A rank that fails alone aborts the job: hpcmm does not end by itself.
+    JobSpec("cpu-smoke-rank-fails", "cpu-smoke.sbatch", ("--ntasks=2",),
+            dict(SMALL, HPCMM_FAULT="1:multiply"), exit_code=5,
+            result=r"unfinished: hpcmm started on 2 ranks but did not end by itself .*"),
 )
 
 
@@ -269,13 +346,16 @@ class Cluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.env = clean_environment()
         self.env["SLURM_CONF"] = str(self.conf)
+        self.first_job_id = 1000 + secrets.randbelow(60_000_000)
 
     # -- configuration --
 
     def write_config(self) -> None:
         """Write the munge key, ``slurm.conf``, ``gres.conf`` and the GPU files."""
-        for sub in ("munge", "state", "spool", "log", "gpus", "work"):
+        for sub in ("munge", "state", "spool", "log", "gpus", "work", "bare"):
             (self.root / sub).mkdir(mode=0o755, exist_ok=True)
+        # The submit folder's .venv is where the scripts look for a Python first.
+        (self.work / ".venv").symlink_to(sys.prefix, target_is_directory=True)
         key = self.root / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
@@ -306,7 +386,8 @@ class Cluster:
             # No cgroups: the machine may not let us have them.
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
-            "MpiDefault=none",
+            # The site's default plugin: the one its MPI (the tests' MPICH) speaks.
+            "MpiDefault=pmi2",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
             "SchedulerType=sched/backfill",
@@ -317,6 +398,10 @@ class Cluster:
             "JobCompType=jobcomp/filetxt",
             f"JobCompLoc={log / 'jobcomp.txt'}",
             "MinJobAge=3600",
+            # Job ids of their own for each cluster: MPICH names its shared memory after
+            # srun's PMI job id, and an aborted rank leaves that memory behind; a job of a
+            # later cluster with the same id would attach to it and fail in MPI_Init.
+            f"FirstJobId={self.first_job_id}",
             "ReturnToService=2",
             "InactiveLimit=0",
             "KillWait=5",
@@ -490,19 +575,24 @@ class Cluster:
         """
         env = dict(self.env)
         bin_dir = str(Path(sys.executable).parent)
-        env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
-        env["HPCMM_PYTHON"] = sys.executable
+        if spec.python:
+            env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+            env["JOB_PYTHON"] = sys.executable
+        else:
+            env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                          if p != bin_dir)
+            env.pop("VIRTUAL_ENV", None)
         env.update(spec.env)
         return env
 
     def submit(self, spec: JobSpec) -> str:
-        """Submit ``spec`` from ``work/`` and return the job id."""
+        """Submit ``spec`` from its folder and return the job id."""
         cmd = spec.command()
         cmd[0] = find_program("sbatch")
-        cmd[-1] = str(JOBS_DIR / spec.script)
+        cmd[cmd.index(f"jobs/{spec.script}")] = str(JOBS_DIR / spec.script)
         cmd[1:1] = ["--parsable", f"--time={JOB_MINUTES}",
                     f"--output={self.root / 'slurm-%j.out'}"]
-        proc = run(cmd, timeout=30, env=self.job_env(spec), cwd=self.work)
+        proc = run(cmd, timeout=30, env=self.job_env(spec), cwd=self.root / spec.folder)
         return proc.stdout.strip().split(";")[0]
 
     def job(self, job_id: str) -> dict[str, str]:
@@ -553,14 +643,23 @@ class Finished:
     output: str
     results: list[Path]
 
+    @property
+    def result(self) -> str | None:
+        """The reason on the job's last line (``hpcmm job ID result: REASON (exit status N)``)."""
+        found = re.findall(rf"^hpcmm job {self.job_id} result: (.*) \(exit status (\d+)\)$",
+                           self.output, re.MULTILINE)
+        return found[-1][0] if found else None
+
     def line(self) -> str:
-        """``SLURM job <id> <script> <state> ExitCode=<code> [verdict] (<label>: <line>)``."""
+        """``SLURM job <id> <script> <state> ExitCode=<code> [verdict] result: ... (<label>: <line>)``."""
         state = self.info.get("JobState")
         expected = "COMPLETED" if self.spec.ok else "FAILED"
-        verdict = "as expected" if state == expected else f"EXPECTED {expected}"
-        return (f"SLURM job {self.job_id} {self.spec.script} {state} "
-                f"ExitCode={self.info.get('ExitCode')} [{verdict}] ({self.spec.label}: "
-                f"{' '.join(self.spec.command())})")
+        code = f"{self.spec.exit_code}:0"
+        good = (state == expected and self.info.get("ExitCode") == code
+                and re.fullmatch(self.spec.result, self.result or "") is not None)
+        verdict = "as expected" if good else f"EXPECTED {expected} {code} {self.spec.result!r}"
+        return (f"SLURM job {self.job_id} {self.spec.script} {state} ExitCode={self.info.get('ExitCode')} "
+                f"[{verdict}] result: {self.result} ({self.spec.label}: {self.spec.command_line()})")
 
     def explain(self) -> str:
         """Everything needed to see why a job went wrong."""
@@ -593,8 +692,9 @@ def finished(cluster, slurm_job_log) -> dict[str, Finished]:
     done = {}
     for spec in PLAN:
         job_id = ids[spec.label]
-        results = sorted((cluster.work / "results").glob(f"*-{job_id}.h5"))
-        results += sorted((cluster.work / "results").glob(f"*-{job_id}/*.h5"))
+        folder = cluster.root / spec.folder / "results"
+        results = sorted(folder.glob(f"*-{job_id}.h5"))
+        results += sorted(folder.glob(f"*-{job_id}/*.h5"))
         done[spec.label] = Finished(spec, job_id, infos[job_id], cluster.output(job_id),
                                     results)
         slurm_job_log.append(done[spec.label].line())
@@ -625,25 +725,56 @@ def test_script_is_well_formed(script):
     assert re.search(r"^##SBATCH --partition=", text, re.MULTILINE), "partition placeholder missing"
 
 
+@pytest.mark.parametrize("label", [s.label for s in PLAN])
+def test_job_ends_as_planned_with_its_reason(finished, label):
+    """State, exit code and the reason on the last line: the real cause, not a guess."""
+    job = finished[label]
+    expected = "COMPLETED" if job.spec.ok else "FAILED"
+    assert job.info.get("JobState") == expected, job.explain()
+    assert job.info.get("ExitCode") == f"{job.spec.exit_code}:0", job.explain()
+    assert job.result is not None, f"no result line\n{job.explain()}"
+    assert re.fullmatch(job.spec.result, job.result), job.explain()
+    if job.spec.exit_code in (2, 3):  # bad input or environment: nothing ran, nothing written
+        assert not job.results, f"a failed job left {job.results}"
+
+
 @pytest.mark.parametrize("label", [s.label for s in PLAN if s.ok])
 def test_job_completes_and_verifies(finished, label):
-    """The job ends COMPLETED with exit code 0:0 and its HDF5 files verified."""
+    """The job's HDF5 files are verified; the grid is hpcmm's own choice."""
     import h5py
+    from mpi4py import MPI
 
     job = finished[label]
     assert job.info.get("JobState") == "COMPLETED", job.explain()
-    assert job.info.get("ExitCode") == "0:0", job.explain()
     assert len(job.results) == job.spec.h5_files, (
         f"expected {job.spec.h5_files} HDF5 files, found {job.results}\n{job.explain()}")
     for path in job.results:
         with h5py.File(path, "r") as h5:
             attrs = dict(h5["/summary"].attrs)
+            config = dict(h5["/config"].attrs)
+            ranks = int(h5.attrs["ranks"])
         assert bool(attrs["verified"]), f"{path}: /summary {attrs}\n{job.explain()}"
         for name in ("seconds", "tflops", "residual", "paths"):
             assert name in attrs, f"{path}: /summary lacks {name!r}: {attrs}"
-        print(f"{path.name}: seconds={float(attrs['seconds']):.4g} "
-              f"residual={float(attrs['residual']):.2e} verified={bool(attrs['verified'])} "
-              f"paths={list(attrs['paths'])}")
+        rows, cols = MPI.Compute_dims(ranks, 2)
+        assert config["grid"] == f"{rows}x{cols}", f"{path}: grid {config['grid']}, hpcmm's is {rows}x{cols}"
+        print(f"{path.name}: ranks={ranks} grid={config['grid']} seconds={float(attrs['seconds']):.4g} "
+              f"residual={float(attrs['residual']):.2e} paths={list(attrs['paths'])}")
+
+
+def test_launch_facts_come_from_the_allocation(finished):
+    """The plugin is the site's default, the GPUs the job's, and the HDF5 setting is made."""
+    srun, gres = finished["single-node-srun"], finished["single-node-gres"]
+    for job in (srun, gres):
+        assert "launcher: srun --mpi=pmi2 (the site's default)" in job.output, job.explain()
+        assert " --mpi=" not in job.output.split("\n+ ", 1)[1].splitlines()[0], job.explain()
+        assert "2 tasks, 2 GPU(s)" in job.output, job.explain()
+    for job in finished.values():
+        if job.spec.ok:
+            assert "HDF5_USE_FILE_LOCKING=FALSE" in job.output, job.explain()
+    # Under --export=NONE the script found the submit folder's .venv by itself.
+    venv = finished["cpu-smoke-export-none-finds-venv"]
+    assert re.search(r"Python: \S*/work/\.venv/bin/python;", venv.output), venv.explain()
 
 
 def test_scaling_prints_table(finished):
@@ -654,16 +785,37 @@ def test_scaling_prints_table(finished):
     assert "TFLOP/s" in job.output, job.explain()
     assert len(rows) == job.spec.h5_files, job.explain()
     assert all(" yes " in row for row in rows), job.explain()
+    # Weak scaling on 2 ranks: hpcmm's grid 2x1, so C is (61*2) x 61.
+    assert any(re.match(r"weak\s+61\s+2\s+1\s+2x1\s+122x61x61\s", row) for row in rows), rows
 
 
-@pytest.mark.parametrize("label", [s.label for s in PLAN if not s.ok])
-def test_bad_input_job_fails(finished, label):
-    """A job given --m 0 ends FAILED with hpcmm's exit status for bad input.
+def test_scripts_share_one_common_part():
+    """The lines between the common part's markers are the same in every script."""
+    parts = {}
+    for path in sorted(JOBS_DIR.glob("*.sbatch")):
+        text = path.read_text()
+        match = re.search(r"^# --- common part:.*?^# --- end of the common part -+$", text, re.S | re.M)
+        assert match, f"{path.name}: no common part"
+        parts[path.name] = match.group(0)
+    assert len(set(parts.values())) == 1, f"the common parts differ: {sorted(parts)}"
 
-    Through srun and through mpiexec: both launchers must hand the ranks'
-    status to the batch script, and the script to SLURM.
-    """
-    job = finished[label]
-    assert job.info.get("JobState") == "FAILED", job.explain()
-    assert job.info.get("ExitCode", "0:0") != "0:0", job.explain()
-    assert job.info.get("ExitCode") == "2:0", job.explain()
+
+@pytest.mark.parametrize("script", ["scaling.sbatch"])
+def test_scaling_grid_is_hpcmms(script):
+    """The scaling script's grid function gives MPI_Dims_create's grid for 1-64 ranks."""
+    from mpi4py import MPI
+
+    text = (JOBS_DIR / script).read_text()
+    function = re.search(r"^hpcmm_grid\(\) \{.*?^\}$", text, re.S | re.M).group(0)
+    proc = run(["bash", "-c", function + '\nfor p in $(seq 1 64); do hpcmm_grid "$p"; done'], timeout=20)
+    expected = ["{}x{}".format(*MPI.Compute_dims(p, 2)) for p in range(1, 65)]
+    assert proc.stdout.split() == expected
+
+
+def test_no_script_uses_an_hpcmm_name_hpcmm_does_not_know():
+    """The scripts' own settings are JOB_*; any HPCMM_* name in them is one of hpcmm's."""
+    from hpcmm.config import ENVIRONMENT
+
+    for path in JOBS_DIR.glob("*.sbatch"):
+        names = set(re.findall(r"\bHPCMM_[A-Z_]+", path.read_text()))
+        assert names <= set(ENVIRONMENT), f"{path.name}: {sorted(names - set(ENVIRONMENT))}"
