@@ -361,8 +361,19 @@ def write_c_block(comm, tmp: str, block: np.ndarray, rows, cols) -> None:
     if h5py.get_config().mpi and comm.Get_size() > 1:
         with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
             dset = f["result/C"]
-            with dset.collective:
-                dset[r0:r1, c0:c1] = block
+            if block.size:
+                with dset.collective:
+                    dset[r0:r1, c0:c1] = block
+            else:
+                # h5py returns early on an empty selection, but the write is collective:
+                # a rank with no block still takes part, with nothing selected.
+                file_space = dset.id.get_space()
+                file_space.select_none()
+                memory_space = h5py.h5s.create_simple((1,))
+                memory_space.select_none()
+                transfer = h5py.h5p.create(h5py.h5p.DATASET_XFER)
+                transfer.set_dxpl_mpio(h5py.h5fd.MPIO_COLLECTIVE)
+                dset.id.write(memory_space, file_space, np.zeros(1, dset.dtype), dxpl=transfer)
         return
     # Serial HDF5: one writer at a time, in rank order, passing a token.
     rank, size = comm.Get_rank(), comm.Get_size()

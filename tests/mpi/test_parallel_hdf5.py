@@ -69,20 +69,7 @@ def shapes() -> dict[str, tuple[int, int, int, tuple[int, int] | None]]:
     }
 
 
-#: A rank whose block of C is empty never enters the collective write: h5py returns early
-#: on an empty selection, and the other ranks wait for it forever.  Not run (it would hang
-#: until the time limit) until h5io.write_c_block writes an empty selection collectively.
-EMPTY_BLOCK_HANG = pytest.mark.xfail(
-    run=False, reason="h5io.write_c_block: an empty block skips the collective MPI-IO write (hangs)")
-
-
-def cases():
-    for kind in shapes():
-        marks = [EMPTY_BLOCK_HANG] if kind.startswith("empty") else []
-        yield pytest.param(kind, marks=marks, id=kind)
-
-
-@pytest.mark.parametrize("kind", cases())
+@pytest.mark.parametrize("kind", list(shapes()))
 @pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
 def test_mpio_file_equals_the_serial_file(mpi_tmp_path, monkeypatch, kind, dtype):
     m, n, k, grid = shapes()[kind]
