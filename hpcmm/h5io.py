@@ -26,6 +26,7 @@ import re
 import secrets
 import subprocess
 import sys
+import threading
 
 import h5py
 import numpy as np
@@ -177,6 +178,12 @@ PENDING: set[str] = set()
 _GUARDS: dict[str, subprocess.Popen] = {}
 
 
+#: Held while a temporary name is made and its file created, and for good once the process
+#: stops: a signal is handled on a thread of its own while the main thread goes on, so
+#: without it a file could be created just after :func:`remove_pending` looked.
+_NAMING = threading.Lock()
+
+
 def temporary_path(path: str, guarded: bool = False) -> str:
     """A fresh hidden name beside ``path`` (same file system, so the rename is atomic).
 
@@ -184,27 +191,29 @@ def temporary_path(path: str, guarded: bool = False) -> str:
     moment finds it.  With ``guarded`` its guard process is running before the
     file exists, so no moment is left in which a killed process leaves the file
     behind; :func:`release_guard` lets it go.  The file gets the mode of any new
-    file (the umask's).
+    file (the umask's).  Once :func:`remove_pending` has run (the process is
+    stopping), a caller waits here until the process ends.
     """
     directory, base = os.path.split(os.path.abspath(path))
     while True:
-        tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.partial")
-        PENDING.add(tmp)
-        guard = guard_temporary(tmp) if guarded else None
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except BaseException as exc:
-            PENDING.discard(tmp)
+        with _NAMING:
+            tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.partial")
+            PENDING.add(tmp)
+            guard = guard_temporary(tmp) if guarded else None
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except BaseException as exc:
+                PENDING.discard(tmp)
+                if guard is not None:
+                    guard.kill()  # the name is someone else's file (or none): the guard must not act
+                    guard.wait()
+                if isinstance(exc, FileExistsError):
+                    continue
+                raise
+            os.close(fd)
             if guard is not None:
-                guard.kill()  # the name is someone else's file (or none): the guard must not act
-                guard.wait()
-            if isinstance(exc, FileExistsError):
-                continue
-            raise
-        os.close(fd)
-        if guard is not None:
-            _GUARDS[tmp] = guard
-        return tmp
+                _GUARDS[tmp] = guard
+            return tmp
 
 
 def remove_temporary(tmp: str) -> None:
@@ -215,7 +224,11 @@ def remove_temporary(tmp: str) -> None:
 
 
 def remove_pending() -> None:
-    """Remove every temporary file this process is writing (the CLI's SIGTERM/SIGINT handler)."""
+    """Remove every temporary file this process is writing (the CLI's SIGTERM/SIGINT handler).
+
+    The process is ending: no new temporary file is made after this (the lock is kept).
+    """
+    _NAMING.acquire()
     for tmp in list(PENDING):
         with contextlib.suppress(OSError):
             remove_temporary(tmp)

@@ -624,3 +624,22 @@ def test_bench_transport_names_its_file(tmp_path):
     assert f"figures: {out}" in o.out(0).splitlines(), o.describe()
     with h5py.File(out, "r") as f:
         assert len(f["transport"]) > 0
+
+
+def test_no_temporary_file_is_made_once_the_process_stops(tmp_path):
+    """A signal is handled on its own thread: once it has removed the pending files, the main
+    thread, which goes on meanwhile, must not make a new one (it waits for the end instead)."""
+    script = f"""
+import threading, time
+from hpcmm import h5io
+h5io.remove_pending()  # what the signal's thread does first
+made = []
+worker = threading.Thread(target=lambda: made.append(h5io.temporary_path({str(tmp_path / 'r.h5')!r})), daemon=True)
+worker.start()
+worker.join(2.0)
+print("blocked" if worker.is_alive() and not made else f"made {{made}}")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=ranklog.REPO)
+    assert proc.stdout.strip() == "blocked", proc.stdout + proc.stderr
+    assert partials(tmp_path) == []
