@@ -30,6 +30,7 @@ import sys
 import h5py
 import numpy as np
 
+from .dtypes import numpy_dtype, storage_attributes, storage_dtype, to_storage
 from .errors import InputError, OutputError
 
 __all__ = ["PENDING", "PUBLISHED", "check_output_path", "temporary_path", "remove_temporary", "remove_pending", "guard_temporary",
@@ -165,7 +166,7 @@ def results_size(meta: dict) -> int:
     groups = [meta.get(k) or {} for k in ("root", "config", "versions", "summary", "timeline_attrs")]
     total += sum(256 + len(str(v)) for attrs in groups for v in attrs.values())
     if meta.get("c_shape") is not None:
-        total += int(np.prod(meta["c_shape"])) * np.dtype(meta["c_dtype"]).itemsize
+        total += int(np.prod(meta["c_shape"])) * numpy_dtype(meta["c_dtype"]).itemsize
     return total + total // 16  # chunk indexes, gzip's worst case on incompressible data
 
 
@@ -349,15 +350,19 @@ def _write_results(tmp: str, meta: dict) -> None:
                     group.create_dataset(dname, data=data)
         if meta.get("c_shape") is not None:
             # The fill value in C's own type: h5py cannot convert a float NaN to a complex one.
-            f.create_group("result").create_dataset(
-                "C", shape=meta["c_shape"], dtype=meta["c_dtype"],
-                fillvalue=np.full((), np.nan, dtype=meta["c_dtype"]),
+            # bfloat16 goes in as its raw bits (hpcmm.dtypes), NaN's bits as the fill value.
+            c_type = numpy_dtype(meta["c_dtype"])
+            dset = f.create_group("result").create_dataset(
+                "C", shape=meta["c_shape"], dtype=storage_dtype(c_type),
+                fillvalue=to_storage(np.full((1,), np.nan, dtype=c_type))[0],
             )
+            _attrs(dset, storage_attributes(c_type))
 
 
 def write_c_block(comm, tmp: str, block: np.ndarray, rows, cols) -> None:
-    """Collective: every rank writes its block of ``/result/C``."""
+    """Collective: every rank writes its block of ``/result/C`` (bfloat16 as its raw bits)."""
     (r0, r1), (c0, c1) = rows, cols
+    block = to_storage(np.ascontiguousarray(block))
     if h5py.get_config().mpi and comm.Get_size() > 1:
         with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
             dset = f["result/C"]
