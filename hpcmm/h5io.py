@@ -34,7 +34,7 @@ from .dtypes import numpy_dtype, storage_attributes, storage_dtype, to_storage
 from .errors import InputError, OutputError
 
 __all__ = ["PENDING", "PUBLISHED", "check_output_path", "temporary_path", "remove_temporary", "remove_pending", "guard_temporary",
-           "release_guard", "write_results", "write_table_file", "publish", "SCHEMA_VERSION"]
+           "release_guard", "write_results", "write_table_file", "write_tables_file", "publish", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = "1"
 
@@ -420,19 +420,25 @@ def publish(tmp: str, path: str, overwrite: bool) -> None:
 
 def write_table_file(out: str, overwrite: bool, kind: str, name: str, rows: list[dict], vers: dict) -> None:
     """Rank 0: a small file holding one table (the benchmarks' figures), written atomically."""
+    write_tables_file(out, overwrite, kind, {name: rows}, vers)
+
+
+def write_tables_file(out: str, overwrite: bool, kind: str, tables: dict[str, list[dict]], vers: dict) -> None:
+    """Rank 0: a small file of tables (name → rows with the same keys), written atomically."""
     import datetime  # noqa: PLC0415
-    import sys  # noqa: PLC0415
 
     tmp = temporary_path(out, guarded=True)
     try:
         with _writing(tmp):
-            _reserve(tmp, results_size({"versions": vers, "extra": {name: ({}, {name: rows})}}))
+            _reserve(tmp, results_size({"versions": vers, "extra": {name: ({}, {name: rows})
+                                                                     for name, rows in tables.items()}}))
             with h5py.File(tmp, "r+") as f:
                 _attrs(f, {"schema_version": SCHEMA_VERSION, "kind": kind,
                            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                            "command": " ".join(["python -m hpcmm", *sys.argv[1:]])})
                 _attrs(f.create_group("versions"), vers)
-                _table(f, name, rows)
+                for name, rows in tables.items():
+                    _table(f, name, rows)
         publish(tmp, out, overwrite)
     finally:
         remove_temporary(tmp)
