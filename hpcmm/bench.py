@@ -25,12 +25,10 @@ For each case (``dtype:N`` or ``dtype:MxNxK``; ``tf32`` means float32 with
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import sys
 
-import numpy as np
 from mpi4py import MPI
 
 from . import h5io
