@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .dtypes import BFLOAT16, host_matmul
 from .errors import InputError
 
 __all__ = ["Backend", "CpuBackend", "GpuBackend", "gpu_count", "make_backend"]
@@ -274,6 +275,13 @@ class CpuBackend(Backend):
     def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
         if c.size == 0:
             return
+        if c.dtype == BFLOAT16:
+            # numpy has no bfloat16 GEMM: a float32 one, C added in float32, one rounding to bfloat16.
+            product = host_matmul(a, b)
+            if accumulate:
+                product += c.astype(np.float32)
+            c[...] = product.astype(BFLOAT16)
+            return
         if not accumulate:
             np.matmul(a, b, out=c)
             return
@@ -296,12 +304,15 @@ class CpuBackend(Backend):
 
 # CUDA and cuBLAS enumerations (driver_types.h, cublas_api.h, library_types.h);
 # cupy re-exports some of them under different modules across versions, so the
-# values are spelled here.
+# values are spelled here.  bfloat16 is cupy's ``cupy.cuda.runtime.CUDA_R_16BF`` (14),
+# computed in ``cupy_backends.cuda.libs.cublas.CUBLAS_COMPUTE_32F`` (68), as cupy's own
+# matmul does; tests/test_gpu.py checks every spelled value against cupy's names.
 _MEMCPY_DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
 _MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the driver tells host from device by the address
-_CUDA_TYPE = {"float16": 2, "float32": 0, "float64": 1, "complex64": 4, "complex128": 5}  # cudaDataType
+_CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1, "complex64": 4,
+              "complex128": 5}  # cudaDataType
 _COMPUTE_32F, _COMPUTE_64F, _COMPUTE_32F_FAST_TF32 = 68, 70, 77  # cublasComputeType_t
-_COMPUTE = {"float16": _COMPUTE_32F, "float32": _COMPUTE_32F, "float64": _COMPUTE_64F,
+_COMPUTE = {"float16": _COMPUTE_32F, "bfloat16": _COMPUTE_32F, "float32": _COMPUTE_32F, "float64": _COMPUTE_64F,
             "complex64": _COMPUTE_32F, "complex128": _COMPUTE_64F}
 _GEMM_DEFAULT = -1  # CUBLAS_GEMM_DEFAULT
 _OP_N, _OP_T = 0, 1  # CUBLAS_OP_N, CUBLAS_OP_T

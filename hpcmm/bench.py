@@ -3,18 +3,20 @@
 For each case (``dtype:N`` or ``dtype:MxNxK``; ``tf32`` means float32 with
 ``--tf32``), in one run on the same devices:
 
-* the reference rate: the same global product on one device of each kind
-  the run uses — ``cupy.matmul`` on one GPU (one rank per GPU, concurrently),
-  or ``numpy.matmul`` on one host where there is no GPU — with data drawn as
-  hpcmm draws its own (uniform in [-1, 1), complex parts both random), laid
-  out before the clock starts, and the same warm-up and timed products as
-  hpcmm (``--warmup``, at least 1, and ``--iters``); the median;
+* the reference rate: the best one device does on the same global product,
+  measured in the same run (:mod:`hpcmm.bench_reference`): ``cupy.matmul``
+  with each order of A and B in memory and hpcmm's own GEMM call on one GPU
+  (one rank per GPU measuring, concurrently), ``numpy.matmul`` and hpcmm's
+  GEMM on one host where there is no GPU, and hpcmm itself where the run has
+  one rank on one device; every candidate's time goes to the file, the
+  fastest is the reference and is named;
 * hpcmm's rate, exposed communication and verification, through :func:`hpcmm.run`;
-* on GPUs the efficiency: hpcmm ÷ (GPUs × one-GPU rate); on CPUs only the
-  ratio hpcmm ÷ one host's numpy (ranks on one host share its cores, so no
+* on GPUs the efficiency: hpcmm ÷ (GPUs × the reference's rate); on CPUs only
+  the ratio hpcmm ÷ one host (ranks on one host share its cores, so no
   efficiency is claimed);
 * cuBLASMp (nvmath-python) and Heat on the same global problem, where they
-  import (``—`` and a note where they do not), with the ratio hpcmm ÷ peer.
+  import (``—`` and a note where they do not; :mod:`hpcmm.peers` says how
+  each is called), with the ratio hpcmm ÷ peer.
 
 ``python -m hpcmm bench transport`` measures the data paths instead
 (:mod:`hpcmm.bench_transport`).  Rank 0 prints a table; the HDF5 file
@@ -23,25 +25,24 @@ For each case (``dtype:N`` or ``dtype:MxNxK``; ``tf32`` means float32 with
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import sys
 
-import numpy as np
 from mpi4py import MPI
 
 from . import h5io
 from .backend import make_backend
+from .bench_reference import HPCMM_ONE_RANK, best_index, combine, measure_candidates
 from .config import RunConfig
 from .errors import InputError, collective
 from .metadata import versions
-from .peers import PeerUnavailable, cublasmp_seconds, heat_seconds
+from .peers import CUBLASMP_MIN_ITERS, CUBLASMP_WARMUP, HEAT_LIMIT, PeerResult, cublasmp, heat
 from .run import run
 from .summary import product_flops
 from .topology import Topology
 
-__all__ = ["bench_main", "parse_cases", "reference_seconds"]
+__all__ = ["bench_main", "parse_cases", "pick_reference"]
 
 DEFAULT_CASES = "float64:16384;float32:16384"
 
@@ -85,55 +86,8 @@ def parse_cases(text: str) -> list[Case]:
     return cases
 
 
-def _uniform(gen, shape, dtype: str):
-    """Uniform in [-1, 1) with every mantissa bit random; complex: both parts (as hpcmm's inputs)."""
-    values = gen.random(shape, dtype=np.float64) * 2 - 1
-    if np.dtype(dtype).kind == "c":
-        values = values + 1j * (gen.random(shape, dtype=np.float64) * 2 - 1)
-    return values.astype(dtype)
-
-
-def reference_seconds(backend, case: Case, warmup: int = 1, iters: int = 3) -> float:
-    """Median seconds of the whole product on this device: ``cupy.matmul`` (one GPU) or numpy (one host).
-
-    The same work hpcmm times: data as hpcmm draws it, laid out (column-major
-    A for the TF32 GEMM) before the clock starts, ``warmup`` untimed and
-    ``iters`` timed products.
-    """
-    xp = backend.xp
-    gen = xp.random.default_rng(7) if backend.on_gpu else np.random.default_rng(7)
-    with backend.device if backend.on_gpu else contextlib.nullcontext():
-        a = _uniform(gen, (case.m, case.k), case.dtype)
-        b = _uniform(gen, (case.k, case.n), case.dtype)
-        if case.tf32:
-            a = xp.asfortranarray(a)  # hpcmm's A is column-major before its clock starts, too
-        c = backend.empty((case.m, case.n), case.dtype)
-    backend.synchronize()
-    times = []
-    compute = backend.compute_stream
-    for i in range(warmup + iters):
-        t0 = backend.event(compute)
-        if backend.on_gpu:
-            # cupy's own matmul (cuBLAS), on our compute stream: the "plain cupy" reference.
-            with compute:
-                if case.tf32:
-                    backend.gemm(a, b, c, accumulate=False, tf32=True)
-                else:
-                    xp.matmul(a, b, out=c)
-        else:
-            np.matmul(a, b, out=c)
-        t1 = backend.event(compute)
-        backend.event_synchronize(t1)
-        if i >= warmup:
-            times.append(backend.elapsed(t0, t1))
-    del a, b, c
-    if backend.on_gpu:
-        backend.cupy.get_default_memory_pool().free_all_blocks()
-    return float(np.median(times))
-
-
-def _baseline(comm, config, case: Case):
-    """Reference seconds (mean over devices, one rank per device measuring), the device count, the backend."""
+def _baseline(comm, config, case: Case, timer=None):
+    """Every one-device candidate (seconds: mean over devices, one rank per device measuring), the device count, the backend."""
     topo = Topology.create(comm, config)
     backend = None
     try:
@@ -142,39 +96,54 @@ def _baseline(comm, config, case: Case):
         ident = backend.describe().get("gpu_uuid") or f"{topo.host}:cpu"
         idents = topo.comm.allgather((topo.host, ident))
         first = idents.index((topo.host, ident)) == topo.rank
-        seconds = None
+        rows = None
         with collective(topo.comm):
             if first:
-                seconds = reference_seconds(backend, case, config.warmup, config.iters)
-        all_seconds = [s for s in topo.comm.allgather(seconds) if s is not None]
-        return float(np.mean(all_seconds)), len(set(idents)), backend
+                rows = measure_candidates(backend, case, config.warmup, config.iters, timer=timer)
+        measured = [r for r in topo.comm.allgather(rows) if r is not None]
+        return combine(measured), len(set(idents)), backend
     finally:
         topo.close()
 
 
-def _peer(fn, *args, **kwargs):
-    """``(seconds, note)``; seconds NaN (printed as ``—``) where the peer did not run, and why."""
+def pick_reference(candidates: list[dict], case: Case, hpcmm_seconds: float | None = None) -> tuple[list[dict], int]:
+    """Add hpcmm's own run (one rank on one device) to the candidates, rate them, mark the fastest.
+
+    Returns the rows (``tflops`` and ``best`` filled in) and the index of the fastest.
+    """
+    rows = [dict(r) for r in candidates]
+    if hpcmm_seconds is not None:
+        rows.append({"candidate": HPCMM_ONE_RANK, "library": "hpcmm", "a_order": "F", "b_order": "C",
+                     "seconds": float(hpcmm_seconds), "note": "this run", "devices": 1})
+    best = best_index(rows)
+    for i, r in enumerate(rows):
+        r["tflops"] = case.flops / r["seconds"] / 1e12 if r["seconds"] == r["seconds"] else float("nan")
+        r["best"] = int(i == best)
+    return rows, best
+
+
+def _peer(fn, *args, **kwargs) -> PeerResult:
+    """The peer's result; NaN (printed as ``—``) where it did not run, and why in its note."""
     try:
-        return fn(*args, **kwargs), ""
-    except PeerUnavailable as exc:
-        return float("nan"), str(exc)
+        return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a peer failing must not end our benchmark
-        return float("nan"), f"{type(exc).__name__}: {exc}"
+        return PeerResult.failed(exc)
 
 
-def _reference_label(on_gpu: bool) -> str:
-    return "one GPU (cupy)" if on_gpu else "one host (numpy)"
+def _reference_label(on_gpu: bool, winner: str) -> str:
+    return f"{'one GPU' if on_gpu else 'one host'}: {winner}"
 
 
-def bench_row(case: Case, summary: dict, ranks: int, devices: int, on_gpu: bool, reference: float) -> dict:
-    """hpcmm's figures beside the reference's, as one row of the table and of the file."""
+def bench_row(case: Case, summary: dict, ranks: int, devices: int, on_gpu: bool, reference: float,
+              winner: str = "") -> dict:
+    """hpcmm's figures beside the reference's (the fastest candidate, ``winner``), as one row of the table and file."""
     s = summary
     ref_tflops = case.flops / reference / 1e12
     return {
         "case": case.label, "dtype": case.dtype, "tf32": int(case.tf32), "m": case.m, "n": case.n,
         "k": case.k, "ranks": ranks, "device": "gpu" if on_gpu else "cpu", "devices": devices,
         "hpcmm_seconds": s["seconds"], "hpcmm_tflops": s["tflops"],
-        "reference": _reference_label(on_gpu), "reference_seconds": reference, "reference_tflops": ref_tflops,
+        "reference": _reference_label(on_gpu, winner), "reference_seconds": reference, "reference_tflops": ref_tflops,
         "hpcmm_over_reference": s["tflops"] / ref_tflops,
         # Only GPUs have a per-device ceiling to compare with; ranks on one host share its cores.
         "efficiency": s["tflops"] / (devices * ref_tflops) if on_gpu else float("nan"),
@@ -197,35 +166,51 @@ def bench_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
         if comm.Get_rank() == 0:
             h5io.check_output_path(out, config.overwrite)
     rank = comm.Get_rank()
-    rows = []
+    rows, references, peer_rows = [], [], []
+    peers_ok = not getattr(ns, "no_peers", False)
+    heat_limit = float(getattr(ns, "heat_limit", None) or HEAT_LIMIT)
     for case in cases:
         cfg = config.replace(m=case.m, n=case.n, k=case.k, dtype=case.dtype, tf32=case.tf32,
                              quiet=True, out=out, warmup=max(config.warmup, 1))
         say = (lambda msg: sys.stderr.write(f"hpcmm bench: {case.label}: {msg}\n")) if rank == 0 else (lambda msg: None)
-        reference, devices, backend = _baseline(comm, cfg, case)
-        say(f"{_reference_label(backend.on_gpu)} {case.flops / reference / 1e12:.2f} TFLOP/s")
+        candidates, devices, backend = _baseline(comm, cfg, case, timer=getattr(ns, "reference_timer", None))
         result = run(cfg, comm, cuda_aware_source=source, write=False)
         say(f"hpcmm {result.summary['tflops']:.2f} TFLOP/s")
-        row = bench_row(case, result.summary, comm.Get_size(), devices, backend.on_gpu, reference)
-        peers_ok = not getattr(ns, "no_peers", False)
-        for name, fn, kwargs in (("cublasmp", cublasmp_seconds, {"tf32": case.tf32}), ("heat", heat_seconds, {})):
+        # hpcmm itself is a one-device candidate only where this run is one rank on one device.
+        own = result.summary["seconds"] if comm.Get_size() == 1 and devices == 1 else None
+        cand_rows, best = pick_reference(candidates, case, own)
+        for r in cand_rows:
+            say(f"one {'GPU' if backend.on_gpu else 'host'}: {r['candidate']} {_fmt(r['tflops'], '.2f')} TFLOP/s"
+                f"{' (best)' if r['best'] else ''}{' ' + r['note'] if r['note'] else ''}")
+        references += [dict(case=case.label, **r) for r in cand_rows]
+        winner = cand_rows[best]
+        row = bench_row(case, result.summary, comm.Get_size(), devices, backend.on_gpu, winner["seconds"],
+                        winner["candidate"])
+        row["reference_candidates"] = sum(r["seconds"] == r["seconds"] for r in cand_rows)
+        for name, fn, kwargs in (("cublasmp", cublasmp, {"tf32": case.tf32}),
+                                 ("heat", heat, {"limit": heat_limit})):
             if not peers_ok:
-                secs, note = float("nan"), "skipped (--no-peers)"
+                peer = PeerResult(note="skipped (--no-peers)")
             elif name == "heat" and case.tf32:
-                secs, note = float("nan"), "not run for tf32"
+                peer = PeerResult(note="not run for tf32")
             else:
-                secs, note = _peer(fn, comm, backend, case.m, case.n, case.k, case.dtype,
-                                   warmup=cfg.warmup, iters=cfg.iters, **kwargs)
-                say(f"{name} {_fmt(case.flops / secs / 1e12 if secs == secs else float('nan'), '.2f')} "
-                    f"TFLOP/s {note}")
-            row[f"{name}_tflops"] = case.flops / secs / 1e12 if secs == secs else float("nan")
-            row[f"hpcmm_over_{name}"] = row["hpcmm_tflops"] / row[f"{name}_tflops"] if secs == secs else float("nan")
-            row[f"{name}_note"] = note
+                warmup, iters = (max(cfg.warmup, CUBLASMP_WARMUP), max(cfg.iters, CUBLASMP_MIN_ITERS)) \
+                    if name == "cublasmp" else (cfg.warmup, cfg.iters)
+                peer = _peer(fn, comm, backend, case.m, case.n, case.k, case.dtype, warmup=warmup, iters=iters,
+                             **kwargs)
+                say(f"{name} {_fmt(peer.tflops, '.2f')} TFLOP/s {peer.note}")
+            peer_rows += [dict(case=case.label, **r) for r in peer.candidates]
+            row[f"{name}_tflops"] = peer.tflops
+            row[f"hpcmm_over_{name}"] = row["hpcmm_tflops"] / peer.tflops if peer.tflops == peer.tflops else float("nan")
+            row[f"{name}_note"] = peer.note
         rows.append(row)
         if rank == 0:
             _print_row(row)
     if rank == 0:
-        h5io.write_table_file(out, config.overwrite, "bench", "bench", rows, versions())
+        tables = {"bench": rows, "reference": references}
+        if peer_rows:
+            tables["peers"] = peer_rows
+        h5io.write_tables_file(out, config.overwrite, "bench", tables, versions())
         _print_table(rows, out)
     return 0 if all(r["verified"] for r in rows) else 1
 
@@ -264,10 +249,12 @@ def format_table(rows: list[dict], out: str) -> list[str]:
     notes = {f"{p}: {r[p + '_note']}" for r in rows for p in ("cublasmp", "heat") if r[p + "_note"]}
     lines += [f"note: {note}" for note in sorted(notes)]
     if gpu:
-        lines.append("TFLOP/s; eff. = hpcmm / (GPUs x one-GPU cupy rate, same run); ÷ = hpcmm / peer; — = did not run")
+        lines.append("TFLOP/s; eff. = hpcmm / (GPUs x the best one-GPU rate of the same run: best of cupy.matmul "
+                     "by operand order, hpcmm's GEMM call, hpcmm at 1 rank); ÷ = hpcmm / peer; — = did not run")
+        lines += [f"1-GPU best for {r['case']}: {r['reference'].split(': ', 1)[-1]}" for r in rows]
     else:
-        lines.append("TFLOP/s; ÷numpy = hpcmm / one host's numpy.matmul (same run; ranks share the host's "
-                     "cores); ÷ = hpcmm / peer; — = did not run")
+        lines.append("TFLOP/s; ÷numpy = hpcmm / the best one-host rate of the same run (numpy.matmul by operand "
+                     "order, hpcmm's GEMM call; ranks share the host's cores); ÷ = hpcmm / peer; — = did not run")
     lines.append(f"figures: {out}")
     return lines
 

@@ -200,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--cases", help="semicolon-separated cases, e.g. 'float64:16384;float32:8192x4096x2048'")
     bench.add_argument("--sizes", help="transport sizes in MiB, comma separated (default 1..1024)")
     bench.add_argument("--no-peers", action="store_true", help="skip cuBLASMp and Heat")
+    bench.add_argument("--heat-limit", type=_int("--heat-limit", 1), default=None, metavar="SECONDS",
+                       help="Heat's own time limit per case (default 120): no product starts past it")
     _add_common(bench)
     report = sub.add_parser("report", help="summary of a results file; --plot draws the timeline",
                             description="Summary of a results file; --plot draws the timeline.")

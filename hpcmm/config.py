@@ -30,7 +30,8 @@ __all__ = [
 ]
 
 #: Element types the product supports (``--dtype``).
-DTYPES = ("float64", "float32", "float16", "complex128", "complex64")
+#: ``bfloat16`` is ml_dtypes' type (:mod:`hpcmm.dtypes`).
+DTYPES = ("float64", "float32", "float16", "bfloat16", "complex128", "complex64")
 DEVICES = ("auto", "gpu", "cpu")
 VERIFY_MODES = ("freivalds", "full", "none")
 TRISTATE = ("auto", "yes", "no")

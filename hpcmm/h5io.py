@@ -31,10 +31,11 @@ import threading
 import h5py
 import numpy as np
 
+from .dtypes import numpy_dtype, storage_attributes, storage_dtype, to_storage
 from .errors import InputError, OutputError
 
 __all__ = ["PENDING", "PUBLISHED", "check_output_path", "temporary_path", "remove_temporary", "remove_pending", "guard_temporary",
-           "release_guard", "write_results", "write_table_file", "publish", "SCHEMA_VERSION"]
+           "release_guard", "write_results", "write_table_file", "write_tables_file", "publish", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = "1"
 
@@ -166,7 +167,7 @@ def results_size(meta: dict) -> int:
     groups = [meta.get(k) or {} for k in ("root", "config", "versions", "summary", "timeline_attrs")]
     total += sum(256 + len(str(v)) for attrs in groups for v in attrs.values())
     if meta.get("c_shape") is not None:
-        total += int(np.prod(meta["c_shape"])) * np.dtype(meta["c_dtype"]).itemsize
+        total += int(np.prod(meta["c_shape"])) * numpy_dtype(meta["c_dtype"]).itemsize
     return total + total // 16  # chunk indexes, gzip's worst case on incompressible data
 
 
@@ -362,15 +363,19 @@ def _write_results(tmp: str, meta: dict) -> None:
                     group.create_dataset(dname, data=data)
         if meta.get("c_shape") is not None:
             # The fill value in C's own type: h5py cannot convert a float NaN to a complex one.
-            f.create_group("result").create_dataset(
-                "C", shape=meta["c_shape"], dtype=meta["c_dtype"],
-                fillvalue=np.full((), np.nan, dtype=meta["c_dtype"]),
+            # bfloat16 goes in as its raw bits (hpcmm.dtypes), NaN's bits as the fill value.
+            c_type = numpy_dtype(meta["c_dtype"])
+            dset = f.create_group("result").create_dataset(
+                "C", shape=meta["c_shape"], dtype=storage_dtype(c_type),
+                fillvalue=to_storage(np.full((1,), np.nan, dtype=c_type))[0],
             )
+            _attrs(dset, storage_attributes(c_type))
 
 
 def write_c_block(comm, tmp: str, block: np.ndarray, rows, cols) -> None:
-    """Collective: every rank writes its block of ``/result/C``."""
+    """Collective: every rank writes its block of ``/result/C`` (bfloat16 as its raw bits)."""
     (r0, r1), (c0, c1) = rows, cols
+    block = to_storage(np.ascontiguousarray(block))
     if h5py.get_config().mpi and comm.Get_size() > 1:
         with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:
             dset = f["result/C"]
@@ -428,19 +433,25 @@ def publish(tmp: str, path: str, overwrite: bool) -> None:
 
 def write_table_file(out: str, overwrite: bool, kind: str, name: str, rows: list[dict], vers: dict) -> None:
     """Rank 0: a small file holding one table (the benchmarks' figures), written atomically."""
+    write_tables_file(out, overwrite, kind, {name: rows}, vers)
+
+
+def write_tables_file(out: str, overwrite: bool, kind: str, tables: dict[str, list[dict]], vers: dict) -> None:
+    """Rank 0: a small file of tables (name → rows with the same keys), written atomically."""
     import datetime  # noqa: PLC0415
-    import sys  # noqa: PLC0415
 
     tmp = temporary_path(out, guarded=True)
     try:
         with _writing(tmp):
-            _reserve(tmp, results_size({"versions": vers, "extra": {name: ({}, {name: rows})}}))
+            _reserve(tmp, results_size({"versions": vers, "extra": {name: ({}, {name: rows})
+                                                                     for name, rows in tables.items()}}))
             with h5py.File(tmp, "r+") as f:
                 _attrs(f, {"schema_version": SCHEMA_VERSION, "kind": kind,
                            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                            "command": " ".join(["python -m hpcmm", *sys.argv[1:]])})
                 _attrs(f.create_group("versions"), vers)
-                _table(f, name, rows)
+                for name, rows in tables.items():
+                    _table(f, name, rows)
         publish(tmp, out, overwrite)
     finally:
         remove_temporary(tmp)

@@ -7,7 +7,9 @@ is the same for every rank count and grid, and no rank ever holds more than
 its block (plus one tile row).
 
 Files: ``FILE.h5:DATASET`` (h5py) or ``FILE.npy`` (memory-mapped); each rank
-reads only its block.
+reads only its block.  A bfloat16 HDF5 dataset is its raw 16-bit patterns
+marked ``element_type = "bfloat16"`` (:mod:`hpcmm.dtypes`), read back as
+bfloat16; any float dataset serves ``--dtype bfloat16`` too, rounded.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 
 import numpy as np
 
+from .dtypes import BFLOAT16, read_dataset, stored_type
 from .errors import InputError
 
 __all__ = ["TILE", "MatrixSource", "generate_block", "open_source"]
@@ -112,7 +115,7 @@ class MatrixSource:
             import h5py  # noqa: PLC0415
 
             with h5py.File(self.path, "r") as f:
-                return f[self.dataset][r0:r1, c0:c1]
+                return read_dataset(f[self.dataset], (slice(r0, r1), slice(c0, c1)))
         except Exception as exc:  # noqa: BLE001 - whatever the library says, the file is bad input
             raise InputError(f"{self.flag}={self.label}: cannot read rows {r0}:{r1}, columns {c0}:{c1} "
                              f"({_reason(exc)})") from exc
@@ -188,7 +191,7 @@ def open_source(flag: str, path: str, dataset: str | None) -> MatrixSource:
         raise InputError(f"{label}: expected a 2-D matrix, found shape {tuple(shape)}")
     if 0 in shape:
         raise InputError(f"{label}: empty matrix of shape {tuple(shape)}")
-    if dtype.kind not in _SUPPORTED_KINDS + "iu":
+    if dtype.kind not in _SUPPORTED_KINDS + "iu" and dtype != BFLOAT16:
         raise InputError(f"{label}: unsupported element type {dtype} (expected float, complex or int)")
     return MatrixSource(flag, path, dataset, (int(shape[0]), int(shape[1])), str(dtype))
 
@@ -214,7 +217,7 @@ def _inspect_hdf5(label: str, path: str, dataset: str):
             missing = [fid for fid in _filters(node) if not h5py.h5z.filter_avail(fid)]
             if missing:
                 raise InputError(f"{label}: compressed with HDF5 filter(s) {missing}, not installed here")
-            return node.shape, node.dtype
+            return node.shape, stored_type(node.dtype, node.attrs)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - a damaged or locked file is bad input

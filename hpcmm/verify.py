@@ -50,6 +50,7 @@ import math
 import numpy as np
 from mpi4py import MPI
 
+from . import dtypes  # noqa: F401 - numpy learns the name "bfloat16"
 from .errors import InputError
 
 __all__ = ["Check", "check_full_size", "detectable", "freivalds", "freivalds_tolerance", "full_check",
@@ -190,8 +191,10 @@ def _matmul(backend, block, right: np.ndarray, squared: bool = False, rows_per_c
     r = xp.asarray(right)
     for lo in range(0, block.shape[0], rows_per_chunk):
         part = block[lo : lo + rows_per_chunk]
-        # |z|² before any cast: casting a complex block to float64 keeps only its real part.
-        part = (xp.abs(part).astype(np.float64) ** 2) if squared else part.astype(wide)
+        # Widened first (bfloat16 and float16 arithmetic stays out of it); complex blocks to
+        # complex128, since casting them to float64 would keep only their real part.
+        part = part.astype(_wide(block.dtype))
+        part = xp.abs(part) ** 2 if squared else part
         out[lo : lo + part.shape[0]] = backend.to_host(part @ r)
     return out
 

@@ -48,16 +48,23 @@ def test_bench_on_cpu(tmp_path, capsys, no_peer_packages):
     text = captured.out + captured.err
     assert "GPU" not in text and "efficiency" not in text and "eff." not in text
     assert "nan" not in text.lower()
-    assert "one host (numpy)" in captured.err and "hosts" in captured.out and "numpy" in captured.out
+    assert "one host: numpy.matmul A:C B:C" in captured.err and "hosts" in captured.out and "numpy" in captured.out
     assert "heat not installed" in captured.out
     assert "cuBLASMp needs CUDA devices" in captured.out
     assert "—" in captured.out
     with h5py.File(out, "r") as f:
         assert f.attrs["kind"] == "bench"
         rows = f["bench"][()]
+        refs = f["reference"][()]
     assert len(rows) == 2
+    assert len(refs) == 2 * 6  # four orders, hpcmm's GEMM, hpcmm at this one rank
     for row in rows:
-        assert row["device"].decode() == "cpu" and row["reference"].decode() == "one host (numpy)"
+        mine = refs[refs["case"] == row["case"]]
+        winner = mine[mine["best"] == 1]
+        assert len(winner) == 1 and winner["seconds"][0] == np.nanmin(mine["seconds"])
+        assert row["reference"].decode() == "one host: " + winner["candidate"][0].decode()
+        assert row["reference_seconds"] == winner["seconds"][0]
+        assert row["device"].decode() == "cpu"
         assert np.isnan(row["efficiency"])
         assert row["hpcmm_over_reference"] == row["hpcmm_tflops"] / row["reference_tflops"]
         assert row["verified"] == 1
@@ -80,7 +87,7 @@ def test_bench_row_to_the_digit():
     assert gpu["reference_tflops"] == case.flops / 0.8 / 1e12
     assert gpu["efficiency"] == summary["tflops"] / (2 * gpu["reference_tflops"])
     assert gpu["efficiency"] == pytest.approx(0.8 / 0.5 / 2, rel=1e-12)
-    assert gpu["reference"] == "one GPU (cupy)"
+    assert gpu["reference"] == "one GPU: "
     cpu = bench.bench_row(case, summary, ranks=4, devices=1, on_gpu=False, reference=0.8)
     assert np.isnan(cpu["efficiency"]) and cpu["hpcmm_over_reference"] == pytest.approx(1.6, rel=1e-12)
     row = dict(cpu, cublasmp_tflops=float("nan"), hpcmm_over_cublasmp=float("nan"), cublasmp_note="x",
@@ -90,25 +97,84 @@ def test_bench_row_to_the_digit():
 
 
 def test_reference_times_the_same_work():
-    """The CPU reference: data as hpcmm's, the given warm-up and timed products, a median."""
+    """The CPU candidates: data as hpcmm's, laid out in their order, the warm-ups and timed products, a median."""
+    from hpcmm.bench_reference import measure_candidates
+
     case = bench.parse_cases("complex64:16x8x24")[0]
-    calls = []
-    be = CpuBackend()
-    original = np.matmul
+    seen = []
 
-    def counting(a, b, out=None):
-        calls.append((a.dtype, bool(np.any(a.imag != 0)), float(np.abs(a).max())))
-        return original(a, b, out=out)
+    def timer(candidate, product, warmup, repeats):
+        seen.append((candidate.name, warmup, repeats))
+        calls = []
+        original = np.matmul
 
-    np.matmul = counting
-    try:
-        seconds = bench.reference_seconds(be, case, warmup=2, iters=5)
-    finally:
-        np.matmul = original
-    assert seconds > 0
-    assert len(calls) == 7  # 2 warm-up + 5 timed, as hpcmm's own
-    assert all(dtype == np.complex64 and imag for dtype, imag, _ in calls)
-    assert all(top <= np.sqrt(2) for _, _, top in calls)
+        def counting(a, b, out=None):
+            calls.append((a.dtype, a.flags.f_contiguous, b.flags.f_contiguous, bool(np.any(a.imag != 0)),
+                          float(np.abs(a).max())))
+            return original(a, b, out=out)
+
+        np.matmul = counting
+        try:
+            for _ in range(warmup + repeats):
+                product()
+        finally:
+            np.matmul = original
+        assert len(calls) == warmup + repeats
+        dtype, a_f, b_f, imag, top = calls[0]
+        assert dtype == np.complex64 and imag and top <= np.sqrt(2)
+        assert (a_f, b_f) == (candidate.a_order == "F", candidate.b_order == "F")
+        return [1.0, 3.0, 2.0, 9.0, 0.5][:repeats]
+
+    rows = measure_candidates(CpuBackend(), case, warmup=2, repeats=5, timer=timer)
+    assert [name for name, _, _ in seen] == ["numpy.matmul A:C B:C", "numpy.matmul A:C B:F", "numpy.matmul A:F B:C",
+                                              "numpy.matmul A:F B:F", "hpcmm gemm A:F B:C"]
+    assert all((w, r) == (2, 5) for _, w, r in seen)
+    assert [r["seconds"] for r in rows] == [2.0] * 5  # the median
+
+
+def test_reference_picks_the_fastest_and_names_it(tmp_path, no_peer_packages):
+    """A fake timer makes each candidate's speed: the fastest is the reference, every one is in the file."""
+    speeds = {"numpy.matmul A:C B:C": 4.0, "numpy.matmul A:C B:F": 3.0, "numpy.matmul A:F B:C": 2.0,
+              "numpy.matmul A:F B:F": 5.0, "hpcmm gemm A:F B:C": 2.5}
+
+    def timer(candidate, product, warmup, repeats):
+        product()
+        return [speeds[candidate.name]] * repeats
+
+    out = tmp_path / "fake.h5"
+    status = bench.bench_main(_ns(cases="float64:40x24x32", reference_timer=timer),
+                              RunConfig(device="cpu", out=str(out)), MPI.COMM_SELF, "--cuda-aware-mpi")
+    assert status == 0
+    with h5py.File(out, "r") as f:
+        row = f["bench"][0]
+        refs = f["reference"][()]
+    flops = 2 * 40 * 24 * 32
+    assert [c.decode() for c in refs["candidate"]] == [*speeds, "hpcmm 1 rank"]
+    assert list(refs["seconds"][:5]) == list(speeds.values())
+    assert refs["tflops"][2] == flops / 2.0 / 1e12
+    # hpcmm itself (microseconds here) beats the fake seconds: at one rank it is its own best one host.
+    assert list(refs["best"]) == [0, 0, 0, 0, 0, 1]
+    assert row["reference"].decode() == "one host: hpcmm 1 rank" and row["reference_candidates"] == 6
+    assert row["hpcmm_over_reference"] == pytest.approx(1.0)
+
+
+def test_pick_reference_without_hpcmm_and_with_failures():
+    case = bench.parse_cases("float32:10")[0]
+    cands = [{"candidate": "a", "library": "cupy", "a_order": "C", "b_order": "C", "seconds": float("nan"),
+              "note": "out of memory", "devices": 2},
+             {"candidate": "b", "library": "cupy", "a_order": "C", "b_order": "F", "seconds": 0.2, "note": "",
+              "devices": 2},
+             {"candidate": "c", "library": "hpcmm", "a_order": "F", "b_order": "C", "seconds": 0.1, "note": "",
+              "devices": 2}]
+    rows, best = bench.pick_reference(cands, case)
+    assert best == 2 and [r["best"] for r in rows] == [0, 0, 1] and np.isnan(rows[0]["tflops"])
+    gpu = bench.bench_row(case, {"seconds": 0.1, "tflops": case.flops / 0.1 / 1e12, "exposed_comm_fraction": 0.0,
+                                 "panel": 1, "prefetch": 1, "paths": [], "verified": True, "residual": 0.0,
+                                 "load_imbalance": 0.0}, ranks=2, devices=2, on_gpu=True,
+                          reference=rows[best]["seconds"], winner=rows[best]["candidate"])
+    assert gpu["efficiency"] == pytest.approx(0.5) and gpu["reference"] == "one GPU: c"
+    with pytest.raises(RuntimeError, match="a: out of memory"):
+        bench.pick_reference(cands[:1], case)
 
 
 # -- peers: every way they do not run --------------------------------------------------
@@ -117,16 +183,82 @@ def test_reference_times_the_same_work():
 def test_peers_skip_with_reasons(no_peer_packages):
     be = CpuBackend()
     with pytest.raises(peers.PeerUnavailable, match="cuBLASMp needs CUDA devices"):
-        peers.cublasmp_seconds(MPI.COMM_SELF, be, 8, 8, 8, "float64")
+        peers.cublasmp(MPI.COMM_SELF, be, 8, 8, 8, "float64")
     with pytest.raises(peers.PeerUnavailable, match="^heat not installed$"):
-        peers.heat_seconds(MPI.COMM_SELF, be, 8, 8, 8, "float64")
+        peers.heat(MPI.COMM_SELF, be, 8, 8, 8, "float64")
     gpu_like = SimpleNamespace(on_gpu=True, describe=lambda: {"gpu_uuid": "x"})
-    with pytest.raises(peers.PeerUnavailable, match="not run for float16"):
-        peers.cublasmp_seconds(MPI.COMM_SELF, gpu_like, 8, 8, 8, "float16")
+    with pytest.raises(peers.PeerUnavailable, match="not run for complex128"):
+        peers.cublasmp(MPI.COMM_SELF, gpu_like, 8, 8, 8, "complex128")
     with pytest.raises(peers.PeerUnavailable, match="nvmath-python not installed"):
-        peers.cublasmp_seconds(MPI.COMM_SELF, SimpleNamespace(on_gpu=True, device_id=0,
-                               describe=lambda: {"gpu_uuid": "x"}), 8, 8, 8, "float64")
-    assert bench._peer(peers.heat_seconds, MPI.COMM_SELF, be, 8, 8, 8, "float64")[1] == "heat not installed"
+        peers.cublasmp(MPI.COMM_SELF, SimpleNamespace(on_gpu=True, device_id=0,
+                       describe=lambda: {"gpu_uuid": "x"}), 8, 8, 8, "float64")
+    result = bench._peer(peers.heat, MPI.COMM_SELF, be, 8, 8, 8, "float64")
+    assert result.note == "heat not installed" and np.isnan(result.tflops)
+    crashed = bench._peer(lambda *a, **k: 1 / 0)
+    assert crashed.note == "ZeroDivisionError: division by zero"
+
+
+class FakeClock:
+    """A clock that products advance by the seconds they are told to take."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_time_limit_stops_before_the_product_that_would_pass_it():
+    clock = FakeClock()
+    ran = []
+
+    def product():
+        ran.append(1)
+        clock.now += 10.0
+
+    times, note = peers.timed_within(MPI.COMM_SELF, product, warmup=1, iters=5, limit=35.0, clock=clock)
+    # warm-up 10 s, timed 10 s, 10 s: a fourth product would end at 40 s > 35 s.
+    assert len(ran) == 3 and times == [10.0, 10.0]
+    assert note == "timed out: 2 of 5 timed products within 35 s"
+    clock.now, ran[:] = 0.0, []
+    times, note = peers.timed_within(MPI.COMM_SELF, product, warmup=1, iters=2, limit=35.0, clock=clock)
+    assert len(ran) == 3 and times == [10.0, 10.0] and note == ""
+    clock.now, ran[:] = 0.0, []
+    times, note = peers.timed_within(MPI.COMM_SELF, product, warmup=1, iters=3, limit=5.0, clock=clock)
+    assert times == [] and note == "timed out: 0 of 3 timed products within 5 s"
+
+
+def test_heat_runs_its_smaller_case_within_its_limit(monkeypatch):
+    """Heat (faked: its module is not installed here) runs at most HEAT_MAX_SIZE and reports a time-out."""
+    clock = FakeClock()
+    shapes = []
+
+    class FakeArray:
+        def __init__(self, shape):
+            self.shape = shape
+
+        def __mul__(self, other):
+            return self
+
+        __sub__ = __mul__
+
+    def rand(*shape, **kw):
+        shapes.append(shape)
+        return FakeArray(shape)
+
+    def matmul(a, b):
+        clock.now += 50.0
+        return FakeArray((a.shape[0], b.shape[1]))
+
+    fake_heat = SimpleNamespace(float64="f8", float32="f4", random=SimpleNamespace(rand=rand), matmul=matmul)
+    monkeypatch.setitem(sys.modules, "heat", fake_heat)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace())
+    result = peers.heat(MPI.COMM_SELF, CpuBackend(), 16384, 16384, 16384, "float64", warmup=1, iters=3,
+                        limit=120.0, clock=clock)
+    assert shapes == [(8192, 8192), (8192, 8192)]
+    assert result.flops == 2.0 * 8192**3 and result.seconds == 50.0
+    assert result.note == "at 8192 (timed out: 1 of 3 timed products within 120 s)"
+    assert result.candidates[0]["note"].startswith("timed out")
 
 
 def test_peer_import_failure_says_why():

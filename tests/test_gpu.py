@@ -22,6 +22,7 @@ import pytest
 from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 
 from hpcmm.backend import GpuBackend, gpu_count, make_backend
+from hpcmm.dtypes import read_dataset
 from hpcmm.verify import tolerance
 
 GPUS = gpu_count()
@@ -70,7 +71,7 @@ def componentwise_error(c, a, b, c0=None) -> float:
     scale = np.abs(a) @ np.abs(b)
     if c0 is not None:
         ref = ref + c0.astype(wide)
-        scale = scale + np.abs(c0)
+        scale = scale + np.abs(c0.astype(wide))
     return float(np.max(np.abs(c.astype(wide) - ref) / scale))
 
 
@@ -89,7 +90,7 @@ def device_gemm(be, a, b, c0, accumulate, tf32=False):
 # -- the local GEMM ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "complex128", "complex64"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16", "complex128", "complex64"])
 @pytest.mark.parametrize("accumulate", [False, True])
 @pytest.mark.parametrize("shape", [(37, 29, 23), (1, 5, 3), (64, 1, 17), (300, 200, 257)])
 def test_gemm_matches_numpy(backend, dtype, accumulate, shape):
@@ -104,6 +105,21 @@ def test_gemm_matches_numpy(backend, dtype, accumulate, shape):
     if not accumulate:
         # C was overwritten (beta = 0), not added to.
         assert componentwise_error(c, a, b, c0) > bound or np.allclose(c0, 0)
+
+
+def test_spelled_cuda_enumerations_are_cupys():
+    """The cudaDataType / cublasComputeType values backend.py spells are cupy's own names' values."""
+    from cupy.cuda import runtime
+    from cupy_backends.cuda.libs import cublas
+
+    from hpcmm import backend as b
+
+    assert b._CUDA_TYPE == {"float16": runtime.CUDA_R_16F, "bfloat16": runtime.CUDA_R_16BF,
+                            "float32": runtime.CUDA_R_32F, "float64": runtime.CUDA_R_64F,
+                            "complex64": runtime.CUDA_C_32F, "complex128": runtime.CUDA_C_64F}
+    assert (b._COMPUTE_32F, b._COMPUTE_64F, b._COMPUTE_32F_FAST_TF32) == (
+        cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_COMPUTE_64F, cublas.CUBLAS_COMPUTE_32F_FAST_TF32)
+    assert (b._GEMM_DEFAULT, b._OP_N, b._OP_T) == (cublas.CUBLAS_GEMM_DEFAULT, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_T)
 
 
 def test_tf32_is_used_and_within_its_bound(backend):
@@ -219,7 +235,8 @@ def test_ipc_allocate_and_close(backend):
 
 
 @pytest.mark.parametrize("dtype, tf32", [("float64", False), ("float32", False), ("float32", True),
-                                         ("float16", False), ("complex128", False), ("complex64", False)])
+                                         ("float16", False), ("bfloat16", False), ("complex128", False),
+                                         ("complex64", False)])
 @pytest.mark.parametrize("verify", ["freivalds", "full"])
 def test_one_rank_run_on_the_gpu(tmp_path, dtype, tf32, verify):
     from mpi4py import MPI
@@ -232,8 +249,9 @@ def test_one_rank_run_on_the_gpu(tmp_path, dtype, tf32, verify):
     assert result.summary["verified"] is True, result.summary
     assert result.topology[0]["backend"] == "cupy" and result.topology[0]["gpu_index"] == 0
     with h5py.File(config.out, "r") as f:
-        c = f["result/C"][()]
+        c = read_dataset(f["result/C"])
         steps = int(f["config"].attrs["steps"])
+    assert c.dtype == np.dtype(dtype)
     from hpcmm.inputs import generate_block
 
     a = generate_block(42, "A", (1031, 777), (0, 1031), (0, 777), dtype)

@@ -171,7 +171,7 @@ def test_huge_wrong_element_does_not_loosen_the_tolerance(one_rank):
 # -- the same on the GPU, with cuBLAS's products ----------------------------------------
 
 
-GPU_TYPES = ("float64", "float32", "tf32", "float16", "complex64", "complex128")  # bfloat16: no CLI type yet
+GPU_TYPES = ("float64", "float32", "tf32", "float16", "bfloat16", "complex64", "complex128")
 
 
 def _gpu_product(be, a, b, kind, panel):

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU check of hpcmm in one call, on a node with (at least) 2 GPUs.
 #
-#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers quickbench shared (default: what the kit holds)
+#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers quickbench shared speed (default: what the kit holds)
 #   (shared: tests/gpu/shared_gpu_check.sh, ranks sharing GPUs with and without MPS; only when named)
+#   (speed: tests/gpu/speed_check.sh, the speed table against the best one GPU and cuBLASMp; only when named)
 #   CHECK_TIMEOUT (s per product run), CHECK_SIZES (MiB list for bench transport),
 #   CHECK_PYTEST_ARGS / CHECK_PYTEST_TIMEOUT (the GPU-marked tests) tune its length.
 #
@@ -133,6 +134,8 @@ run_mode() {
       # The peers where the comparison is asked for (16384); the large cases on their own.
       bench n2 2 "float64:32768;float16:32768;float64:30011x20011x16411" --no-peers
       bench n2-peers 2 "float64:16384;float32:16384"
+      # Small problems (latency decides there), against cuBLASMp.
+      bench n2-small 2 "float64:4096;float64:8192;float32:4096;float32:8192" --heat-limit 20
       bench n1 1 "float64:16384" --no-peers
       bench n8 8 "float64:32768" --no-peers
       bench n3 3 "float64:16384" --no-peers
@@ -152,6 +155,10 @@ run_mode() {
       OUT=$OUT/shared bash tests/gpu/shared_gpu_check.sh >> "$log" 2>&1
       local rc=$?
       record shared "shared_gpu_check.sh" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$rc failed; table in $OUT/shared/table.txt"
+      ;;
+    speed)
+      OUT=$OUT/speed bash tests/gpu/speed_check.sh >> "$log" 2>&1
+      record speed "speed_check.sh" "$([ -s "$OUT/speed/table.txt" ] && echo PASS || echo FAIL)" "table in $OUT/speed/table.txt"
       ;;
     *) record "$mode" "unknown mode" FAIL "" ;;
   esac

@@ -30,6 +30,7 @@ from mpi4py import MPI
 
 import hpcmm
 from hpcmm.config import RunConfig
+from hpcmm.dtypes import BFLOAT16, read_dataset, to_storage
 from hpcmm.engine import Engine
 from hpcmm.errors import InputError, VerificationError
 from hpcmm.inputs import generate_block
@@ -82,13 +83,14 @@ def generated_product(seed: int, m: int, n: int, k: int, dtype: str):
 def compare(path: str, a: np.ndarray, b: np.ndarray, dtype: str) -> None:
     """Rank 0: ``/result/C`` of ``path`` is ``a @ b`` within the rounding bound of ``dtype``."""
     with h5py.File(path, "r") as f:
-        c = f["result/C"][()]
+        c = read_dataset(f["result/C"])  # bfloat16 is stored as its raw bits
         steps = int(f["config"].attrs["steps"])
         tf32 = bool(f["config"].attrs["tf32"])
     ref = a @ b
     assert c.shape == ref.shape, f"C is {c.shape}, expected {ref.shape}"
     assert c.dtype == np.dtype(dtype), c.dtype
     assert np.isfinite(c).all(), f"{np.count_nonzero(~np.isfinite(c))} element(s) of C never written"
+    c = c.astype(ref.dtype)
     scale = np.abs(a) @ np.abs(b)
     error = float(np.max(np.abs(c - ref) / scale))
     bound = tolerance(dtype, a.shape[1], steps, tf32)
@@ -140,7 +142,7 @@ def test_uneven_shapes(mpi_tmp_path, kind):
 
 
 @pytest.mark.mpi(min_size=1)
-@pytest.mark.parametrize("dtype", ["float32", "complex128", "complex64", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "complex128", "complex64", "float16", "bfloat16"])
 def test_other_dtypes(mpi_tmp_path, dtype):
     m, n, k = shape("uneven")
     run_and_compare(mpi_tmp_path, m=m, n=n, k=k, dtype=dtype, seed=7)
@@ -363,6 +365,62 @@ def test_inputs_from_npy(mpi_tmp_path):
             assert np.allclose(f["result/C"][()], np.load(DATA / "C_npy.npy"), rtol=0, atol=1e-5)
 
     on_rank0(check)
+
+
+# -- bfloat16: 2-byte elements through every path, files both ways --------------------------
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("ranks_per_node, verify", [(None, "freivalds"), (1, "full"), (2, "full")])
+def test_bfloat16_on_every_path(mpi_tmp_path, ranks_per_node, verify):
+    """shm (one node), mpi (a node per rank), both (two ranks a node): bytes move as they are."""
+    m, n, k = shape("uneven")
+    result = run_and_compare(mpi_tmp_path, m=m, n=n, k=k, dtype="bfloat16", panel=3, verify=verify,
+                             ranks_per_node=ranks_per_node, seed=11)
+    expected = {None: {same_node_path(result)}, 1: cross_node_paths(result)}.get(ranks_per_node)
+    paths = set(result.summary["paths"])
+    if P > 1 and expected is not None:
+        everywhere(bool(paths) and paths <= expected, f"paths {sorted(paths)}")
+
+
+@pytest.mark.mpi(min_size=1)
+def test_bfloat16_inputs_raw_bits_and_float32(mpi_tmp_path):
+    """A as bfloat16 raw bits (element_type attribute), B as float32 (rounded to bfloat16 on reading)."""
+    m, n, k = shape("uneven")
+    path = mpi_tmp_path / "in.h5"
+    rng = np.random.default_rng(5)
+    a = (rng.random((m, k)) * 2 - 1).astype(BFLOAT16)
+    b = (rng.random((k, n)) * 2 - 1).astype(np.float32)
+    if RANK == 0:
+        with h5py.File(path, "w") as f:
+            f["A"] = to_storage(a)
+            f["A"].attrs["element_type"] = "bfloat16"
+            f["B"] = b
+    COMM.Barrier()
+    cfg = config(mpi_tmp_path, a=(str(path), "A"), b=(str(path), "B"), dtype="bfloat16")
+    result = hpcmm.run(cfg, comm=COMM)
+    everywhere(result.summary["verified"] is True, str(result.summary))
+    on_rank0(lambda: compare(cfg.out, a.astype(np.float64), b.astype(BFLOAT16).astype(np.float64), "bfloat16"))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_bfloat16_wrong_element_fails(mpi_tmp_path, monkeypatch):
+    """One wrong element of a bfloat16 C fails both checks on every rank."""
+    original = Engine.multiply
+
+    def multiply(self, record=True):
+        times = original(self, record)
+        if RANK == P - 1 and self.C.size:
+            self.C[0, 0] += 64.0
+        return times
+
+    monkeypatch.setattr(Engine, "multiply", multiply)
+    m, n, k = shape("uneven")
+    for verify in ("freivalds", "full"):
+        message = raised_everywhere(lambda: hpcmm.run(config(
+            mpi_tmp_path, m=m, n=n, k=k, dtype="bfloat16", verify=verify,
+            out=str(mpi_tmp_path / f"{verify}.h5")), comm=COMM), VerificationError)
+        assert message.startswith(f"verification failed: {verify} residual")
 
 
 def raised_everywhere(run, error_type=InputError) -> str:

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# hpcmm's speed on 2 GPUs against the best one GPU does and against cuBLASMp, in ONE call (under 9 minutes).
+#
+# Here (CPU machine), from the project root, bring the peers and numpy's bfloat16 along:
+#   bash ../shared/device/prepare.sh --peers ml_dtypes==0.6.0
+# On the 2-GPU machine, from the project root:
+#   bash tests/gpu/speed_check.sh
+#
+# In order of priority, each step under `timeout` and inside what is left of SPEED_BUDGET seconds
+# (default 510): `hpcmm bench` at 2 ranks (system MPI, peers on; Heat on its own smaller case within
+# --heat-limit) for float64/float32 at 4096, 8192, 16384 and float64 32768, tf32 16384, float16 and
+# bfloat16 16384, then the panel sweep (float64 16384 and 32768, --panel 1024/2048/4096, hpcmm alone),
+# then float16/bfloat16 32768 and float32 32768 while time is left.  A step that no longer fits is
+# skipped and says so.  Prints one table last.  $OUT (default /tmp/hpcmm-speed) gets speed.log (every
+# line of every step), table.txt and files.tgz (the HDF5 files and each step's log): three files.
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/hpcmm-speed}
+work=/tmp/hpcmm-speed-work
+rm -rf "$work"; mkdir -p "$OUT" "$work"
+log=$OUT/speed.log
+steps=$work/steps.txt
+: > "$log"; : > "$steps"
+budget=${SPEED_BUDGET:-510}
+export OMP_NUM_THREADS=1
+
+left() { echo $((budget - SECONDS)); }
+
+# step NAME LIMIT command...   runs the command under timeout min(LIMIT, time left - 15 s)
+step() {
+  local name=$1 limit=$2; shift 2
+  local room=$(( $(left) - 15 ))
+  [ "$room" -lt "$limit" ] && limit=$room
+  if [ "$limit" -lt 30 ]; then
+    printf '%-28s %-8s %s\n' "$name" skipped "no time left ($(left) s)" >> "$steps"
+    return
+  fi
+  echo "=== $name (limit ${limit}s): $*" >> "$log"
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" > "$work/$name.log" 2>&1
+  local rc=$?
+  cat "$work/$name.log" >> "$log"
+  local what=rc=$rc; [ "$rc" = 124 ] || [ "$rc" = 137 ] && what="timed out (rc=$rc)"
+  printf '%-28s %-8s %s\n' "$name" "$what" "$((SECONDS - t0)) s" >> "$steps"
+}
+
+bench() {  # bench NAME LIMIT CASES [OPTIONS...]
+  local name=$1 limit=$2 cases=$3; shift 3
+  step "bench-$name" "$limit" mpiexec -n 2 python3 -m hpcmm bench --cases "$cases" --iters 3 \
+    --out "$work/bench-$name.h5" --overwrite "$@"
+}
+
+panel() {  # panel SIZE WIDTH
+  step "panel-$1-$2" 90 mpiexec -n 2 python3 -m hpcmm --m "$1" --n "$1" --k "$1" --panel "$2" --iters 3 \
+    --quiet --out "$work/panel-$1-$2.h5" --overwrite
+}
+
+{
+  echo "speed_check: $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+  nvidia-smi topo -m
+} >> "$log" 2>&1
+source .device/env.sh system >> "$log" 2>&1 || { echo "env.sh system failed" | tee -a "$log"; exit 2; }
+python3 - >> "$log" 2>&1 <<'PY'
+import importlib
+for name in ("numpy", "cupy", "ml_dtypes", "mpi4py", "h5py", "nvmath", "heat", "torch"):
+    try:
+        print(name, getattr(importlib.import_module(name), "__version__", "?"))
+    except Exception as exc:
+        print(name, "does not import:", type(exc).__name__, exc)
+try:
+    import cupy, ml_dtypes
+    x = cupy.ones((64, 64), dtype=ml_dtypes.bfloat16)
+    print("cupy bfloat16 matmul:", float((x @ x)[0, 0]))
+except Exception as exc:
+    print("cupy bfloat16 does not work here:", type(exc).__name__, exc)
+PY
+
+bench small 120 "float64:4096;float64:8192;float32:4096;float32:8192" --heat-limit 20
+bench 16384 110 "float64:16384;float32:16384" --heat-limit 20
+bench f64-32768 130 "float64:32768" --heat-limit 20
+bench tf32-16384 60 "tf32:16384"
+bench 16bit-16384 80 "float16:16384;bfloat16:16384"
+for size in 16384 32768; do for width in 1024 2048 4096; do panel "$size" "$width"; done; done
+bench 16bit-32768 120 "float16:32768;bfloat16:32768" --no-peers
+bench f32-32768 120 "float32:32768" --heat-limit 20
+
+python3 - "$work" > "$OUT/table.txt" 2>&1 <<'PY'
+import glob, os, sys
+import h5py
+import numpy as np
+
+work = sys.argv[1]
+dec = lambda v: v.decode() if isinstance(v, bytes) else str(v)
+fmt = lambda v, s=".2f": "—" if v != v else format(v, s)
+print(f"{'case (2 ranks, 2 GPUs)':<22}{'hpcmm':>9}{'1-GPU best':>11}{'eff.':>7}  {'1-GPU winner':<26}"
+      f"{'cuBLASMp':>9}{'÷':>6}{'Heat':>7}  {'ok':<3} cuBLASMp config / Heat")
+for path in sorted(glob.glob(os.path.join(work, "bench-*.h5"))):
+    with h5py.File(path, "r") as f:
+        for r in f["bench"][()]:
+            print(f"{dec(r['case']):<22}{r['hpcmm_tflops']:>9.2f}{r['reference_tflops']:>11.2f}"
+                  f"{fmt(100 * r['efficiency'], '.1f'):>6}%  {dec(r['reference']).split(': ', 1)[-1]:<26}"
+                  f"{fmt(r['cublasmp_tflops']):>9}{fmt(r['hpcmm_over_cublasmp']):>6}{fmt(r['heat_tflops']):>7}  "
+                  f"{'yes' if r['verified'] else 'NO':<3} {dec(r['cublasmp_note'])[:60]} / {dec(r['heat_note'])[:40]}")
+print()
+print(f"{'panel sweep, float64':<22}{'TFLOP/s':>9}{'exposed':>9}{'host':>8}  ok")
+for path in sorted(glob.glob(os.path.join(work, "panel-*.h5")), key=lambda p: [int(x) for x in p[:-3].split("-")[-2:]]):
+    with h5py.File(path, "r") as f:
+        s = f["summary"].attrs
+        size, width = os.path.basename(path)[6:-3].split("-")
+        print(f"{size + ' --panel ' + width:<22}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%"
+              f"{100 * s['host_overhead_fraction']:>7.2f}%  {'yes' if s['verified'] else 'NO'}")
+print()
+print("one-GPU candidates (TFLOP/s, mean of the 2 GPUs; * = best):")
+for path in sorted(glob.glob(os.path.join(work, "bench-*.h5"))):
+    with h5py.File(path, "r") as f:
+        refs = f["reference"][()]
+        for case in dict.fromkeys(refs["case"]):
+            mine = refs[refs["case"] == case]
+            print(f"  {dec(case):<20}" + "  ".join(
+                f"{dec(r['candidate']).replace('cupy.matmul ', '')} {fmt(r['tflops'])}{'*' if r['best'] else ''}"
+                for r in mine))
+PY
+{ echo; echo "steps:"; cat "$steps"; } >> "$OUT/table.txt"
+tar czf "$OUT/files.tgz" -C "$work" . 2>/dev/null
+cat "$OUT/table.txt"
