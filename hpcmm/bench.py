@@ -32,14 +32,13 @@ import numpy as np
 from mpi4py import MPI
 
 from . import h5io
-from .backend import make_backend
 from .config import RunConfig
 from .errors import InputError, collective
 from .metadata import versions
 from .peers import PeerUnavailable, cublasmp_seconds, heat_seconds
+from .placement import placement
 from .run import run
 from .summary import product_flops
-from .topology import Topology
 
 __all__ = ["bench_main", "parse_cases", "reference_seconds"]
 
@@ -132,24 +131,17 @@ def reference_seconds(backend, case: Case, warmup: int = 1, iters: int = 3) -> f
     return float(np.median(times))
 
 
-def _baseline(comm, config, case: Case):
-    """Reference seconds (mean over devices, one rank per device measuring), the device count, the backend."""
-    topo = Topology.create(comm, config)
-    backend = None
-    try:
-        with collective(topo.comm):
-            backend = make_backend(config.device, topo.local_rank, topo.local_size)
-        ident = backend.describe().get("gpu_uuid") or f"{topo.host}:cpu"
-        idents = topo.comm.allgather((topo.host, ident))
-        first = idents.index((topo.host, ident)) == topo.rank
-        seconds = None
-        with collective(topo.comm):
-            if first:
-                seconds = reference_seconds(backend, case, config.warmup, config.iters)
-        all_seconds = [s for s in topo.comm.allgather(seconds) if s is not None]
-        return float(np.mean(all_seconds)), len(set(idents)), backend
-    finally:
-        topo.close()
+def _baseline(topo, backend, config, case: Case):
+    """Reference seconds (mean over devices, one rank per device measuring) and the device count."""
+    ident = backend.describe().get("gpu_uuid") or f"{topo.host}:cpu"
+    idents = topo.comm.allgather((topo.host, ident))
+    first = idents.index((topo.host, ident)) == topo.rank
+    seconds = None
+    with collective(topo.comm):
+        if first:
+            seconds = reference_seconds(backend, case, config.warmup, config.iters)
+    all_seconds = [s for s in topo.comm.allgather(seconds) if s is not None]
+    return float(np.mean(all_seconds)), len(set(idents))
 
 
 def _peer(fn, *args, **kwargs):
@@ -186,11 +178,17 @@ def bench_row(case: Case, summary: dict, ranks: int, devices: int, on_gpu: bool,
     }
 
 
-def bench_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
+def bench_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
     if ns.what == "transport":
         from .bench_transport import transport_main  # noqa: PLC0415
 
-        return transport_main(ns, config, comm, source)
+        return transport_main(ns, config, comm)
+    # One placement for every case: the cases change the problem, not where it runs.
+    with placement(comm, config) as (topo, backend):
+        return _bench_cases(ns, config, comm, topo, backend)
+
+
+def _bench_cases(ns, config: RunConfig, comm: MPI.Comm, topo, backend) -> int:
     cases = parse_cases(ns.cases or DEFAULT_CASES)
     out = config.out if config.out != RunConfig.out else "hpcmm-bench.h5"
     with collective(comm):
@@ -202,9 +200,9 @@ def bench_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
         cfg = config.replace(m=case.m, n=case.n, k=case.k, dtype=case.dtype, tf32=case.tf32,
                              quiet=True, out=out, warmup=max(config.warmup, 1))
         say = (lambda msg: sys.stderr.write(f"hpcmm bench: {case.label}: {msg}\n")) if rank == 0 else (lambda msg: None)
-        reference, devices, backend = _baseline(comm, cfg, case)
+        reference, devices = _baseline(topo, backend, cfg, case)
         say(f"{_reference_label(backend.on_gpu)} {case.flops / reference / 1e12:.2f} TFLOP/s")
-        result = run(cfg, comm, cuda_aware_source=source, write=False)
+        result = run(cfg, comm, write=False)
         say(f"hpcmm {result.summary['tflops']:.2f} TFLOP/s")
         row = bench_row(case, result.summary, comm.Get_size(), devices, backend.on_gpu, reference)
         peers_ok = not getattr(ns, "no_peers", False)

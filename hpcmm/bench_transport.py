@@ -138,7 +138,7 @@ def _event_timed(backend, path, nbytes, fn) -> dict:
     return {"src": -1, "dst": -1, "path": path, "bytes": nbytes, "seconds": sec, "gbps": nbytes / sec / 1e9}
 
 
-def transport_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
+def transport_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
     size = comm.Get_size()
     if size < 2:
         raise InputError("bench transport needs at least 2 ranks (mpiexec -n 2 ...)")
@@ -154,7 +154,7 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
         with collective(topo.comm):
             backend = make_backend(config.device, topo.local_rank, topo.local_size)
             _check_memory(backend, topo, ns.sizes, max(sizes))
-        aware = decide(config.cuda_aware_mpi, option_source=source)
+        aware = decide(config.cuda_aware_mpi, option_source=config.origin("cuda_aware_mpi"))
         rank = topo.rank
         if rank == 0:
             _references(backend, sizes, rows)

@@ -42,7 +42,7 @@ def no_peer_packages(monkeypatch):
 def test_bench_on_cpu(tmp_path, capsys, no_peer_packages):
     out = tmp_path / "b.h5"
     config = RunConfig(device="cpu", out=str(out), warmup=1, iters=3)
-    status = bench.bench_main(_ns(cases="float64:48;complex64:40x24x56"), config, MPI.COMM_SELF, "--cuda-aware-mpi")
+    status = bench.bench_main(_ns(cases="float64:48;complex64:40x24x56"), config, MPI.COMM_SELF)
     assert status == 0
     captured = capsys.readouterr()
     text = captured.out + captured.err
@@ -136,7 +136,7 @@ def test_peer_import_failure_says_why():
 
 def test_bench_without_peers_notes_it(tmp_path, capsys):
     status = bench.bench_main(_ns(cases="float32:32", no_peers=True), RunConfig(device="cpu", out=str(tmp_path / "n.h5")),
-                              MPI.COMM_SELF, "--cuda-aware-mpi")
+                              MPI.COMM_SELF)
     assert status == 0
     out = capsys.readouterr().out
     assert "skipped (--no-peers)" in out and "nan" not in out.lower()

@@ -160,9 +160,9 @@ BAD_INPUT = [
     Bad("env-malformed", (), "HPCMM_PANEL='wide'", env=(("HPCMM_PANEL", "wide"),)),
     Bad("env-unknown", (), "HPCMM_PANNEL='4': unknown setting", env=(("HPCMM_PANNEL", "4"),)),
     Bad("env-device", (), "HPCMM_DEVICE='tpu'", env=(("HPCMM_DEVICE", "tpu"),)),
-    Bad("env-fault-malformed", (), "HPCMM_FAULT='1:lunch'", env=(("HPCMM_FAULT", "1:lunch"),)),
-    Bad("env-fault-no-such-rank", ("--m", "8"), "HPCMM_FAULT=7:setup: no rank 7 among 2 ranks",
-        env=(("HPCMM_FAULT", "7:setup"),)),
+    # Faults are put in from outside (tests/fault_runner.py): the product has no such variable.
+    Bad("env-fault-unknown", ("--m", "8"), "HPCMM_FAULT='1:multiply': unknown setting",
+        env=(("HPCMM_FAULT", "1:multiply"),)),
 ]
 
 
@@ -333,7 +333,7 @@ def test_a_good_run_publishes_a_complete_file_with_the_usual_mode(tmp_path):
     assert outcome.rc == 0, outcome.describe()
     with h5py.File(out, "r") as f:
         assert f["summary"].attrs["verified"]
-        assert f["config"].attrs["fault"] == ""
+        assert "fault" not in f["config"].attrs  # no test hook in the product, nor in its file
         assert np.isfinite(f["result/C"][...]).all()
     umask = os.umask(0)
     os.umask(umask)

@@ -37,7 +37,7 @@ def engine():
     topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
     eng = None
     try:
-        eng = Engine(topo, CpuBackend(), Layout(M, N, K, Grid(1, 1)), "float64", 2, 1, False)
+        eng = Engine(topo, CpuBackend(), Layout(M, N, K, Grid(1, 1)), RunConfig(panel=2, prefetch=1), False)
         a = generate_block(1, "A", (M, K), (0, M), (0, K), np.float64)
         b = generate_block(1, "B", (K, N), (0, K), (0, N), np.float64)
         eng.load(a, b)
@@ -167,8 +167,8 @@ def _known_times(monkeypatch, seconds, wait, host):
     """Every product of the engine takes ``seconds.pop(0)``, with known waits and host gaps."""
     original = Engine.multiply
 
-    def multiply(self, record=True):
-        t = original(self, record)
+    def multiply(self):
+        t = original(self)
         t.seconds = seconds.pop(0)
         t.start = time.perf_counter()
         t.steps[:, 2] = wait
