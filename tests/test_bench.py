@@ -70,6 +70,22 @@ def test_bench_on_cpu(tmp_path, capsys, no_peer_packages):
         8 * 40 * 24 * 56 / complex_row["reference_seconds"] / 1e12, rel=1e-12)
 
 
+def test_report_prints_a_missing_figure_of_a_bench_file_as_a_dash(tmp_path, capsys, no_peer_packages):
+    """A CPU bench file has no efficiency (NaN in the file): report prints —, never nan."""
+    from hpcmm.report import report_main
+
+    out = tmp_path / "b.h5"
+    bench.bench_main(_ns(cases="float64:24", no_peers=True), RunConfig(device="cpu", out=str(out)), MPI.COMM_SELF)
+    with h5py.File(out, "r") as f:
+        assert np.isnan(f["bench"]["efficiency"][0])
+    capsys.readouterr()
+    assert report_main(argparse.Namespace(file=str(out), plot=None, iteration=None)) == 0
+    text = capsys.readouterr().out
+    header, row = text.splitlines()[:2]
+    assert "nan" not in text.lower()
+    assert row.split("  ")[header.split("  ").index("efficiency")] == "—"
+
+
 def test_bench_row_to_the_digit():
     case = bench.parse_cases("complex128:100x200x300")[0]
     assert case.flops == 8 * 100 * 200 * 300

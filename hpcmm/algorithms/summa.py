@@ -79,7 +79,7 @@ def summa_plan(layout: Layout, panel: int, ramp: bool = False) -> list[Step]:
         # does not cover k is a bug, and it must fail here rather than loop for ever.
         if not (a_lo <= k0 < a_hi and b_lo <= k0 < b_hi):
             raise ValueError(f"SUMMA plan: k={k0} is not in the A block [{a_lo}, {a_hi}) of column "
-                             f"{a_root} or the B block [{b_lo}, {b_hi}) of row {b_root} (grid {grid})")
+                             f"{a_root} or the B block [{b_lo}, {b_hi}) of row {b_root} (grid {layout.grid})")
         k1 = min(k0 + width, a_hi, b_hi)
         steps.append(Step(len(steps), k0, k1, a_root, k0 - a_lo, b_root, k0 - b_lo))
         k0 = k1
