@@ -24,11 +24,10 @@ import numpy as np
 from mpi4py import MPI
 
 from . import h5io
-from .backend import make_backend
 from .config import RunConfig
 from .errors import InputError, collective
 from .metadata import versions
-from .topology import Topology
+from .placement import placement
 from .transport import decide
 from .transport.ipc import IpcPeerMemory, ShmPeerMemory
 from .transport.mpi import DirectBroadcast, StagedBroadcast
@@ -147,12 +146,9 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
     with collective(comm):
         if comm.Get_rank() == 0:
             h5io.check_output_path(out, config.overwrite)
-    topo = Topology.create(comm, config)
-    backend = None
     rows: list[dict] = []
-    try:
+    with placement(comm, config) as (topo, backend):
         with collective(topo.comm):
-            backend = make_backend(config.device, topo.local_rank, topo.local_size)
             _check_memory(backend, topo, ns.sizes, max(sizes))
         aware = decide(config.cuda_aware_mpi, option_source=config.origin("cuda_aware_mpi"))
         rank = topo.rank
@@ -165,10 +161,6 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
                 rows += _pair(backend, pair, peer, sizes, vnodes[0] == vnodes[peer], aware.aware)
                 pair.Free()
         gathered = topo.comm.gather(rows, root=0)
-    finally:
-        if backend is not None:
-            backend.close()
-        topo.close()
     if comm.Get_rank() == 0:
         rows = [r for part in gathered for r in part]
         _print(rows)
