@@ -29,7 +29,7 @@ def placement(comm: MPI.Comm, config: RunConfig) -> Iterator[tuple[Topology, Bac
 
     The topology's communicators are freed collectively, so only where every
     rank leaves together (:func:`~hpcmm.errors.raised_everywhere`); after an
-    error of this rank alone they are left to the end of the job, which the
+    error of this rank alone both are left to the end of the job, which the
     caller brings (``cli.main`` aborts it).
 
     Raises
@@ -51,7 +51,9 @@ def placement(comm: MPI.Comm, config: RunConfig) -> Iterator[tuple[Topology, Bac
         error = exc
         raise
     finally:
-        if backend is not None:
-            backend.close()  # this rank's own streams and pools
+        # After an error of this rank alone, leave even the backend: its streams may wait on
+        # a peer's event that the peer, stuck in a collective, never records.
         if raised_everywhere(error):
+            if backend is not None:
+                backend.close()
             topo.close()
