@@ -14,6 +14,7 @@ are host timestamps, and "waiting on an event" is free.
 from __future__ import annotations
 
 import abc
+import os
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ import numpy as np
 from .dtypes import BFLOAT16, host_matmul
 from .errors import InputError
 
-__all__ = ["Backend", "CpuBackend", "GpuBackend", "gpu_count", "make_backend"]
+__all__ = ["Backend", "CpuBackend", "GpuBackend", "gpu_count", "host_memory", "make_backend"]
 
 
 def _import_cupy():
@@ -88,6 +89,27 @@ def _cgroup_memory_limit() -> int | None:
             if text.isdigit():  # "max": no limit at this level
                 limits.append(int(text))
     return min(limits) if limits else None
+
+
+def host_memory() -> tuple[int, int]:
+    """``(free, total)`` bytes of the host.
+
+    Free is what the kernel can hand out without swapping (``MemAvailable``:
+    free memory alone leaves out the page cache it drops on demand), no more
+    than the memory limit of this process's cgroup (a batch job's share of
+    the node, beyond which the job is killed).
+    """
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    avail = _meminfo_available()
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            avail = pages
+    limit = _cgroup_memory_limit()
+    if limit is not None and limit < pages:
+        avail = min(avail, limit)
+    return avail, pages
 
 
 class Backend(abc.ABC):
@@ -225,26 +247,8 @@ class CpuBackend(Backend):
         return np.empty(nbytes, dtype=np.uint8)
 
     def memory_info(self) -> tuple[int, int]:
-        """``(free, total)`` bytes of the host.
-
-        Free is what the kernel can hand out without swapping (``MemAvailable``:
-        free memory alone leaves out the page cache it drops on demand), no more
-        than the memory limit of this process's cgroup (a batch job's share of
-        the node, beyond which the job is killed).
-        """
-        import os  # noqa: PLC0415
-
-        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        avail = _meminfo_available()
-        if avail is None:
-            try:
-                avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-            except (ValueError, OSError):
-                avail = pages
-        limit = _cgroup_memory_limit()
-        if limit is not None and limit < pages:
-            avail = min(avail, limit)
-        return avail, pages
+        """``(free, total)`` bytes of the host (:func:`host_memory`)."""
+        return host_memory()
 
     def peak_memory(self) -> int:
         import resource  # noqa: PLC0415

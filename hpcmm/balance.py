@@ -40,6 +40,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import collective
+from .summary import product_flops
 
 __all__ = [
     "DEFAULT_MODE",
@@ -176,10 +177,6 @@ def weights_for(mode: str, devices: Sequence[Hashable], rates: Sequence[float] |
     raise ValueError(f"--balance={mode!r}: expected one of {', '.join(MODES)}")
 
 
-def _gemm_flops(size: int, dtype: str) -> float:
-    return (8.0 if np.dtype(dtype).kind == "c" else 2.0) * size**3
-
-
 def gemm_rate(backend, dtype: str, size: int = 2048, repeats: int = 4, rounds: int = 3,
               tf32: bool = False, seed: int = 0) -> float:
     """This rank's GEMM rate in flop/s: the median of ``rounds`` timings of ``repeats`` products.
@@ -212,7 +209,7 @@ def gemm_rate(backend, dtype: str, size: int = 2048, repeats: int = 4, rounds: i
     c = backend.empty((size, size), dtype, order="C")
     backend.gemm(a, b, c, accumulate=False, tf32=tf32)  # first call loads kernels, sets up the handle
     backend.synchronize()
-    flops = _gemm_flops(size, dtype) * repeats
+    flops = product_flops(size, size, size, dtype) * repeats
     rates = []
     for _ in range(rounds):
         start = backend.event(backend.compute_stream)

@@ -32,15 +32,14 @@ import sys
 from mpi4py import MPI
 
 from . import h5io
-from .backend import make_backend
 from .bench_reference import HPCMM_ONE_RANK, best_index, combine, measure_candidates
 from .config import RunConfig
 from .errors import InputError, collective
 from .metadata import versions
 from .peers import CUBLASMP_MIN_ITERS, CUBLASMP_WARMUP, HEAT_LIMIT, PeerResult, cublasmp, heat
+from .placement import placement
 from .run import run
 from .summary import product_flops
-from .topology import Topology
 
 __all__ = ["bench_main", "parse_cases", "pick_reference"]
 
@@ -86,24 +85,17 @@ def parse_cases(text: str) -> list[Case]:
     return cases
 
 
-def _baseline(comm, config, case: Case, timer=None):
-    """Every one-device candidate (seconds: mean over devices, one rank per device measuring), the device count, the backend."""
-    topo = Topology.create(comm, config)
-    backend = None
-    try:
-        with collective(topo.comm):
-            backend = make_backend(config.device, topo.local_rank, topo.local_size)
-        ident = backend.describe().get("gpu_uuid") or f"{topo.host}:cpu"
-        idents = topo.comm.allgather((topo.host, ident))
-        first = idents.index((topo.host, ident)) == topo.rank
-        rows = None
-        with collective(topo.comm):
-            if first:
-                rows = measure_candidates(backend, case, config.warmup, config.iters, timer=timer)
-        measured = [r for r in topo.comm.allgather(rows) if r is not None]
-        return combine(measured), len(set(idents)), backend
-    finally:
-        topo.close()
+def _baseline(topo, backend, config, case: Case, timer=None):
+    """Every one-device candidate (seconds: mean over devices, one rank per device measuring) and the device count."""
+    ident = backend.describe().get("gpu_uuid") or f"{topo.host}:cpu"
+    idents = topo.comm.allgather((topo.host, ident))
+    first = idents.index((topo.host, ident)) == topo.rank
+    rows = None
+    with collective(topo.comm):
+        if first:
+            rows = measure_candidates(backend, case, config.warmup, config.iters, timer=timer)
+    measured = [r for r in topo.comm.allgather(rows) if r is not None]
+    return combine(measured), len(set(idents))
 
 
 def pick_reference(candidates: list[dict], case: Case, hpcmm_seconds: float | None = None) -> tuple[list[dict], int]:
@@ -155,11 +147,17 @@ def bench_row(case: Case, summary: dict, ranks: int, devices: int, on_gpu: bool,
     }
 
 
-def bench_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
+def bench_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
     if ns.what == "transport":
         from .bench_transport import transport_main  # noqa: PLC0415
 
-        return transport_main(ns, config, comm, source)
+        return transport_main(ns, config, comm)
+    # One placement for every case: the cases change the problem, not where it runs.
+    with placement(comm, config) as (topo, backend):
+        return _bench_cases(ns, config, comm, topo, backend)
+
+
+def _bench_cases(ns, config: RunConfig, comm: MPI.Comm, topo, backend) -> int:
     cases = parse_cases(ns.cases or DEFAULT_CASES)
     out = config.out if config.out != RunConfig.out else "hpcmm-bench.h5"
     with collective(comm):
@@ -173,8 +171,8 @@ def bench_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
         cfg = config.replace(m=case.m, n=case.n, k=case.k, dtype=case.dtype, tf32=case.tf32,
                              quiet=True, out=out, warmup=max(config.warmup, 1))
         say = (lambda msg: sys.stderr.write(f"hpcmm bench: {case.label}: {msg}\n")) if rank == 0 else (lambda msg: None)
-        candidates, devices, backend = _baseline(comm, cfg, case, timer=getattr(ns, "reference_timer", None))
-        result = run(cfg, comm, cuda_aware_source=source, write=False)
+        candidates, devices = _baseline(topo, backend, cfg, case, timer=getattr(ns, "reference_timer", None))
+        result = run(cfg, comm, write=False)
         say(f"hpcmm {result.summary['tflops']:.2f} TFLOP/s")
         # hpcmm itself is a one-device candidate only where this run is one rank on one device.
         own = result.summary["seconds"] if comm.Get_size() == 1 and devices == 1 else None

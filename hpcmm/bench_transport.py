@@ -24,11 +24,10 @@ import numpy as np
 from mpi4py import MPI
 
 from . import h5io
-from .backend import make_backend
 from .config import RunConfig
 from .errors import InputError, collective
 from .metadata import versions
-from .topology import Topology
+from .placement import placement
 from .transport import decide
 from .transport.ipc import IpcPeerMemory, ShmPeerMemory
 from .transport.mpi import DirectBroadcast, StagedBroadcast
@@ -138,7 +137,7 @@ def _event_timed(backend, path, nbytes, fn) -> dict:
     return {"src": -1, "dst": -1, "path": path, "bytes": nbytes, "seconds": sec, "gbps": nbytes / sec / 1e9}
 
 
-def transport_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
+def transport_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
     size = comm.Get_size()
     if size < 2:
         raise InputError("bench transport needs at least 2 ranks (mpiexec -n 2 ...)")
@@ -147,14 +146,11 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
     with collective(comm):
         if comm.Get_rank() == 0:
             h5io.check_output_path(out, config.overwrite)
-    topo = Topology.create(comm, config)
-    backend = None
     rows: list[dict] = []
-    try:
+    with placement(comm, config) as (topo, backend):
         with collective(topo.comm):
-            backend = make_backend(config.device, topo.local_rank, topo.local_size)
             _check_memory(backend, topo, ns.sizes, max(sizes))
-        aware = decide(config.cuda_aware_mpi, option_source=source)
+        aware = decide(config.cuda_aware_mpi, option_source=config.origin("cuda_aware_mpi"))
         rank = topo.rank
         if rank == 0:
             _references(backend, sizes, rows)
@@ -165,10 +161,6 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm, source: str) -> int:
                 rows += _pair(backend, pair, peer, sizes, vnodes[0] == vnodes[peer], aware.aware)
                 pair.Free()
         gathered = topo.comm.gather(rows, root=0)
-    finally:
-        if backend is not None:
-            backend.close()
-        topo.close()
     if comm.Get_rank() == 0:
         rows = [r for part in gathered for r in part]
         _print(rows)

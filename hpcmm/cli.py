@@ -242,22 +242,23 @@ def _parse_or_show(argv: list[str]) -> argparse.Namespace | _Shown:
         _SHOWN = None
 
 
-def config_from(ns: argparse.Namespace, environ=None) -> tuple[RunConfig, str]:
-    """Command line over ``HPCMM_*`` over defaults.  Also returns where CUDA-awareness was set.
+def config_from(ns: argparse.Namespace, environ=None, argv: list[str] | None = None) -> RunConfig:
+    """Command line over ``HPCMM_*`` over defaults, with where each value came from.
 
     ``run`` without ``--out`` writes to a new file (:func:`~hpcmm.config.new_output_name`);
     the ranks may pick different names at a second's turn: rank 0's is the one used.
+    ``argv`` is the command line the results file records.
     """
     values = settings_from_environment(environ)
+    from_environment = set(values)
     if getattr(ns, "command", None) == "run" and ns.out is None:
         values["out"] = new_output_name()
-    source = "HPCMM_CUDA_AWARE_MPI" if "cuda_aware_mpi" in values else "--cuda-aware-mpi"
-    for field in RunConfig.__dataclass_fields__:
+    for field in RunConfig.settings():
         if getattr(ns, field, None) is not None:
             values[field] = getattr(ns, field)
-            if field == "cuda_aware_mpi":
-                source = "--cuda-aware-mpi"
-    return RunConfig(**values), source
+            from_environment.discard(field)
+    command = None if argv is None else ("python -m hpcmm", *argv)
+    return RunConfig(**values, from_environment=frozenset(from_environment), argv=command)
 
 
 def _print(rank: int, text: str, err: bool = False) -> None:
@@ -342,7 +343,7 @@ def _command(argv: list[str], comm) -> int:
     with collective(comm):
         ns = _parse_or_show(argv)
         if not isinstance(ns, _Shown) and ns.command not in ("report", "model"):
-            config, source = config_from(ns)
+            config = config_from(ns, argv=argv)
     shown = comm.allgather(ns.status if isinstance(ns, _Shown) else None)
     if any(s is not None for s in shown):
         # --help or --version: the same answer everywhere, or an MPMD launch that mixes them.
@@ -366,32 +367,24 @@ def _command(argv: list[str], comm) -> int:
     if ns.command == "info":
         from .info import info_main  # noqa: PLC0415
 
-        return info_main(config, comm, source)
+        return info_main(config, comm)
     if ns.command == "bench":
         from .bench import bench_main  # noqa: PLC0415
 
-        return bench_main(ns, config, comm, source)
-    return _run_main(config, comm, source, argv)
+        return bench_main(ns, config, comm)
+    return _run_main(config, comm)
 
 
-def _run_main(config: RunConfig, comm, source: str, argv: list[str]) -> int:
+def _run_main(config: RunConfig, comm) -> int:
     from .run import run  # noqa: PLC0415
     from .summary import print_summary  # noqa: PLC0415
 
     rank = comm.Get_rank()
     config = config.replace(out=comm.bcast(config.out, root=0))  # a default name: rank 0's
-    with collective(comm):
-        if rank == 0:
-            # Also done by run(), which does not know that --out must never name an input.
-            from .h5io import check_output_path  # noqa: PLC0415
-
-            inputs = [(flag, source[0]) for flag, source in (("--a", config.a), ("--b", config.b)) if source]
-            check_output_path(config.out, config.overwrite, inputs)
     progress = None if config.quiet else (lambda msg: _print(rank, f"hpcmm: {msg}", err=True))
     result = None
     try:
-        result = run(config, comm, cuda_aware_source=source, progress=progress,
-                     argv=["python -m hpcmm", *argv])
+        result = run(config, comm, progress=progress)
     except HpcmmError as exc:
         if rank == 0 and getattr(exc, "summary", None):
             print_summary(exc.summary, config.out)

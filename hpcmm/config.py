@@ -22,7 +22,6 @@ __all__ = [
     "ENVIRONMENT",
     "RunConfig",
     "new_output_name",
-    "parse_fault",
     "parse_grid",
     "parse_matrix_source",
     "parse_positive_int",
@@ -100,40 +99,6 @@ def parse_grid(text: str) -> tuple[int, int]:
     if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
         raise InputError(f"--grid={text!r}: expected PRxPC with positive integers, e.g. 2x4")
     return int(m.group(1)), int(m.group(2))
-
-
-#: Where the test-only fault hook can strike (``HPCMM_FAULT=RANK:PHASE[:ACTION]``).
-FAULT_PHASES = ("setup", "multiply", "corrupt", "verify", "write")
-FAULT_ACTIONS = ("raise", "hang")
-
-
-def parse_fault(text: str) -> tuple[int, str, str]:
-    """Parse ``RANK:PHASE[:ACTION]`` (the test-only fault hook) into ``(rank, phase, action)``.
-
-    ``corrupt`` perturbs the rank's block of C instead of failing, so it takes no action.
-
-    Examples
-    --------
-    >>> parse_fault("1:multiply")
-    (1, 'multiply', 'raise')
-    """
-    parts = [p.strip().lower() for p in str(text).split(":")]
-    bad = InputError(
-        f"HPCMM_FAULT={text!r}: expected RANK:PHASE[:ACTION] with PHASE one of "
-        f"{', '.join(FAULT_PHASES)} and ACTION one of {', '.join(FAULT_ACTIONS)}"
-    )
-    if len(parts) not in (2, 3) or not re.fullmatch(r"\d+", parts[0]) or parts[1] not in FAULT_PHASES:
-        raise bad
-    action = parts[2] if len(parts) == 3 else "raise"
-    if action not in FAULT_ACTIONS or (parts[1] == "corrupt" and len(parts) == 3):
-        raise bad
-    return int(parts[0]), parts[1], action
-
-
-def format_fault(fault: tuple[int, str, str]) -> str:
-    """The canonical text of a parsed fault (what the results file records)."""
-    rank, phase, action = fault
-    return f"{rank}:{phase}" if action == "raise" else f"{rank}:{phase}:{action}"
 
 
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf")
@@ -237,11 +202,6 @@ ENVIRONMENT: dict[str, EnvSetting] = {
     "HPCMM_TIMELINE": EnvSetting(
         "timeline", _yes_no("HPCMM_TIMELINE"), "record every transfer and GEMM (yes or no)"
     ),
-    "HPCMM_FAULT": EnvSetting(
-        "fault",
-        lambda t: format_fault(parse_fault(t)),
-        "tests only: make RANK fail at PHASE (RANK:PHASE[:ACTION], see docs/reliability.md)",
-    ),
 }
 
 
@@ -306,8 +266,11 @@ class RunConfig:
     tf32: bool = False
     timeline: bool = True
     quiet: bool = False
-    #: Tests only: ``RANK:PHASE[:ACTION]``, as ``HPCMM_FAULT`` (see :func:`parse_fault`).
-    fault: str | None = None
+    # Provenance, not settings: carried to the messages and the results file, not to /config.
+    #: Fields whose value came from an ``HPCMM_*`` variable (a message then names the variable).
+    from_environment: frozenset[str] = dataclasses.field(default=frozenset(), metadata={"provenance": True})
+    #: The command line that started the run (the file's ``command`` attribute); ``None``: ``sys.argv``.
+    argv: tuple[str, ...] | None = dataclasses.field(default=None, metadata={"provenance": True})
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
@@ -332,8 +295,6 @@ class RunConfig:
         parse_positive_int("--seed", self.seed, minimum=0)
         if self.ranks_per_node is not None:
             parse_positive_int("--ranks-per-node", self.ranks_per_node)
-        if self.fault is not None:
-            parse_fault(self.fault)
         if self.tf32 and self.dtype != "float32":
             raise InputError(f"--tf32 applies to float32 only, not --dtype={self.dtype}")
         if (self.a is None) != (self.b is None):
@@ -342,11 +303,28 @@ class RunConfig:
             raise InputError("--m/--n/--k and --a/--b exclude each other: sizes come from the files")
         if not str(self.out).endswith((".h5", ".hdf5")):
             raise InputError(f"--out={self.out!r}: expected a file name ending in .h5")
+        unknown = set(self.from_environment) - {s.field for s in ENVIRONMENT.values()}
+        if unknown:
+            raise ValueError(f"from_environment names fields no HPCMM_* variable sets: {sorted(unknown)}")
 
-    @property
-    def ring_depth(self) -> int:
-        """Panel buffers per operand: the panel in use plus those in flight."""
-        return self.prefetch + 1
+    @classmethod
+    def settings(cls) -> list[str]:
+        """The names of the fields that are settings (the provenance fields left out)."""
+        return [f.name for f in dataclasses.fields(cls) if not f.metadata.get("provenance")]
+
+    def origin(self, field: str) -> str:
+        """Who set ``field``: its ``HPCMM_*`` variable, or else its option (``panel`` → ``--panel``).
+
+        Examples
+        --------
+        >>> RunConfig(panel=8, from_environment=frozenset({"panel"})).origin("panel")
+        'HPCMM_PANEL'
+        >>> RunConfig().origin("cuda_aware_mpi")
+        '--cuda-aware-mpi'
+        """
+        if field in self.from_environment:
+            return next(name for name, s in ENVIRONMENT.items() if s.field == field)
+        return "--" + field.replace("_", "-")
 
     def with_default_size(self, on_gpu: bool) -> RunConfig:
         """Fill unset sizes with the default problem for the device."""
@@ -365,6 +343,8 @@ class RunConfig:
         """The settings as HDF5-friendly scalars (``None`` becomes ``""``)."""
         out: dict[str, object] = {}
         for f in dataclasses.fields(self):
+            if f.metadata.get("provenance"):
+                continue
             value = getattr(self, f.name)
             if value is None:
                 value = ""

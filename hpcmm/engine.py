@@ -16,12 +16,15 @@ events.  With ``prefetch = 0`` a step fetches then multiplies (no overlap).
 On the CPU the same code runs with synchronous copies and no streams.
 
 Timing, per step: the GEMM (events around it on the compute stream), the
-transfers (events around them on the communication stream), and the gap on
-the compute stream between the previous GEMM's end (the product's start for
-step 0) and this one's start, split in two: ``wait``, the part before the
-step's panels were there (communication the overlap did not hide), and
-``host``, the rest (the host was late to launch the GEMM: Python, MPI calls,
-launches).  A product's window opens before anything of step 0 is queued and
+transfers (events on the communication stream from the moment the bytes
+start to move, after any wait for a free ring slot, to the fetch's end), and
+the gap on the compute stream between the previous GEMM's end (the product's
+start for step 0) and this one's start, split in two: ``wait``, the part
+before the step's panels were there (communication the overlap did not
+hide), and ``host``, the rest (the host was late to launch the GEMM: Python,
+launches).  An MPI transfer holds the host until its bytes have moved, so
+the panels it brings are there when it returns, not earlier: the host's time
+inside it is waiting for data, not host overhead.  A product's window opens before anything of step 0 is queued and
 closes after its last GEMM; :attr:`IterationTimes.start` is the host time
 (``perf_counter``) at which it opened, so that the run can place every rank's
 window on one clock (:mod:`hpcmm.clock`).
@@ -35,10 +38,11 @@ from time import perf_counter
 
 import numpy as np
 
-from .algorithms import Step, auto_panel, summa_plan
-from .errors import InputError, agree
+from .algorithms import Step, auto_panel, ring_depth, summa_plan
+from .config import RunConfig
+from .errors import InputError, agree, raised_everywhere
 from .layout import Layout
-from .transport import PanelChannel
+from .transport import PanelChannel, Transfer
 
 __all__ = ["Engine", "IterationTimes", "PHASES", "memory_needed"]
 
@@ -58,8 +62,25 @@ class IterationTimes:
     host: np.ndarray | None = None  # (nsteps,): compute-stream gap with the panels there
 
 
+@dataclasses.dataclass
+class StepMarks:
+    """The events of one step: each transfer's start and end, whether it moved bytes, the GEMM's."""
+
+    a_start: object
+    a_end: object
+    b_start: object
+    b_end: object
+    a_moved: bool
+    b_moved: bool
+    gemm_start: object = None
+    gemm_end: object = None
+
+
 def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: int) -> int:
-    """Bytes one rank's blocks and panel ring take on its device."""
+    """Bytes one rank's blocks and panel ring take on its device.
+
+    ``ring`` is the slots per operand, :func:`~hpcmm.algorithms.ring_depth`.
+    """
     shapes = layout.local_shapes(rank)
     (m_loc, _), (_, n_loc) = shapes["A"], shapes["B"]
     blocks = sum(r * c for r, c in shapes.values())
@@ -70,41 +91,47 @@ def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: in
 class Engine:
     """Blocks, channels and the SUMMA loop of one rank.
 
+    Collective over the topology's communicators, built and closed on every
+    rank together; as a context manager it closes itself on the way out unless
+    the error that ends the block was raised by this rank alone
+    (:func:`~hpcmm.errors.raised_everywhere`).
+
     Parameters
     ----------
     topo : Topology
     backend : Backend
     layout : Layout
-    dtype : str
-    panel : int or None
-        Panel width; ``None`` chooses one (:func:`~hpcmm.algorithms.auto_panel`).
-    prefetch : int
-        Panels in flight ahead of the GEMM.
+    config : RunConfig
+        ``dtype``, ``panel`` (``None``: :func:`~hpcmm.algorithms.auto_panel`
+        chooses), ``prefetch`` (panels in flight ahead of the GEMM), ``tf32``
+        and ``timeline`` (keep the start and end of every transfer and GEMM).
     cuda_aware : bool
         Whether device buffers may go to MPI.
-    tf32 : bool
-        Let cuBLAS use TF32 tensor cores for float32.
-    timeline : bool
-        Keep the start and end of every transfer and GEMM.
+
+    Raises
+    ------
+    InputError
+        On every rank: a panel wider than k, or blocks and panels that do not
+        fit in memory.
     """
 
-    def __init__(self, topo, backend, layout, dtype, panel, prefetch, cuda_aware, tf32=False, timeline=True):
+    def __init__(self, topo, backend, layout: Layout, config: RunConfig, cuda_aware: bool) -> None:
         self.topo, self.backend, self.layout = topo, backend, layout
-        self.dtype = np.dtype(dtype)
-        self.tf32, self.record_timeline = tf32, timeline
-        itemsize = self.dtype.itemsize
-        self.panel_auto = panel is None
-        self.panel = panel if panel is not None else auto_panel(layout, itemsize, backend.on_gpu)
-        if self.panel > layout.k:
-            raise InputError(f"--panel={self.panel}: wider than k={layout.k}")
-        self.prefetch = prefetch
-        self.ring = prefetch + 1
+        self.dtype = np.dtype(config.dtype)
+        self.tf32, self.record_timeline = config.tf32, config.timeline
+        self.panel_auto = config.panel is None
+        self.panel = config.panel if config.panel is not None else auto_panel(layout, self.dtype.itemsize,
+                                                                               backend.on_gpu)
+        if self.panel > layout.k:  # the same verdict on every rank
+            agree(topo.comm, InputError(f"{config.origin('panel')}={self.panel}: wider than k={layout.k}"))
+        self.prefetch = config.prefetch
+        # The engine's own ring: which GEMM last read each panel slot (a channel may keep more).
+        self.ring = config.prefetch + 1
         # Before the plan: a huge k must be refused, not planned step by step.
         self._check_memory()
         # Ramp up the first panels only where transfers exist and can overlap.
-        self.plan: list[Step] = summa_plan(layout, self.panel, ramp=prefetch > 0 and topo.size > 1)
-        rank = topo.rank
-        shapes = layout.local_shapes(rank)
+        self.plan: list[Step] = summa_plan(layout, self.panel, ramp=config.prefetch > 0 and topo.size > 1)
+        shapes = layout.local_shapes(topo.rank)
         self.a_shape, self.b_shape, self.c_shape = shapes["A"], shapes["B"], shapes["C"]
         self.m_loc, self.n_loc = self.c_shape
         self.channels: list[PanelChannel] = []
@@ -116,19 +143,34 @@ class Engine:
         self.B = self._typed(self.col.block, self.b_shape, order="C")
         self.C = backend.empty(self.c_shape, self.dtype)
         backend.poison(self.C)
+        #: Bytes of the last product by (source world rank, this rank, path).
         self.bytes_by_pair: collections.Counter = collections.Counter()
 
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if raised_everywhere(error):
+            self.close()
+
     # -- set-up ---------------------------------------------------------------
+    def slots_per_operand(self) -> int:
+        """Panel slots each channel may keep (the deepest: a channel that spans nodes keeps 2 or more)."""
+        return ring_depth(self.prefetch, spans_nodes=self.topo.vnode_count > 1)
+
+    def needed_bytes(self) -> int:
+        """What this rank's blocks and panel rings take on its device (the memory check's figure)."""
+        return memory_needed(self.layout, self.topo.rank, self.dtype.itemsize, self.panel,
+                             self.slots_per_operand())
+
     def _check_memory(self) -> None:
-        be, topo = self.backend, self.topo
-        # A channel that spans nodes keeps at least two relay slots (transport/channel.py).
-        ring = max(self.ring, 2) if topo.vnode_count > 1 else self.ring
-        need = memory_needed(self.layout, topo.rank, self.dtype.itemsize, self.panel, ring)
+        backend, topo = self.backend, self.topo
+        need = self.needed_bytes()
         # Ranks that share a device share its memory.
-        sharing = topo.node_comm.allgather(getattr(be, "device_id", 0))
-        share = sharing.count(getattr(be, "device_id", 0)) if be.on_gpu else topo.local_size
-        free, _ = be.memory_info()
-        where = "device" if be.on_gpu else "host"
+        sharing = topo.node_comm.allgather(backend.device_id)
+        share = sharing.count(backend.device_id) if backend.on_gpu else topo.local_size
+        free, _ = backend.memory_info()
+        where = "device" if backend.on_gpu else "host"
         err = None
         if need * share > free:
             err = InputError(
@@ -147,7 +189,7 @@ class Engine:
             channel = PanelChannel(
                 comm, members, [vnodes[r] for r in members], self.backend,
                 int(np.prod(block_shape)) * itemsize, panel_rows * self.panel * itemsize,
-                self.ring, cuda_aware,
+                self.prefetch, cuda_aware,
             )
             self.channels.append(channel)
         except Exception as exc:  # noqa: BLE001 - every rank learns of it
@@ -182,47 +224,44 @@ class Engine:
             return data[: self.m_loc * width].reshape((self.m_loc, width), order="F")
         return data[: width * self.n_loc].reshape((width, self.n_loc))
 
-    def multiply(self, record: bool = True) -> IterationTimes:
+    def multiply(self) -> IterationTimes:
         """One distributed product ``C = A·B``; returns this rank's timings."""
-        be = self.backend
-        isz = self.dtype.itemsize
-        cs, ms = be.compute_stream, be.comm_stream
+        backend = self.backend
+        itemsize = self.dtype.itemsize
+        compute_stream, comm_stream = backend.compute_stream, backend.comm_stream
         nsteps = len(self.plan)
         gemm_done = [None] * self.ring
-        fetched: dict[int, tuple] = {}
-        marks: dict[int, list] = {}
-        moved: dict[int, tuple[bool, bool]] = {}
-        # The stream is idle (the last product synchronized): t0 happens when it is recorded.
+        fetched: dict[int, tuple[Transfer, Transfer]] = {}
+        marks: dict[int, StepMarks] = {}
+        self.bytes_by_pair.clear()
+        # The stream is idle (the last product synchronized): the start happens when it is recorded.
         start = perf_counter()
-        t0 = be.event(cs)
-        be.wait(ms, t0)  # the communication stream starts with the iteration
-        host_comm = np.zeros(nsteps)
+        product_start = backend.event(compute_stream)
+        backend.wait(comm_stream, product_start)  # the communication stream starts with the product
 
         def fetch(s: int) -> None:
             step = self.plan[s]
-            w, slot = step.width, s % self.ring
-            h0 = perf_counter()
+            width, slot = step.width, s % self.ring
             # Wait for the slot before the first mark, so that the transfer's bar in the
             # timeline is the transfer, not the GEMM it waited for.
-            be.wait(ms, gemm_done[slot])
-            c0 = be.event(ms)
+            backend.wait(comm_stream, gemm_done[slot])
+            before = backend.event(comm_stream)
             # The channels take the step, not our slot: a channel that spans nodes keeps a
             # deeper ring (at least 2) and must alternate its relay slots even with prefetch 0.
             # gemm_done[slot] (GEMM s - ring) is as late as any GEMM that read their slot.
-            a = self.row.fetch(step.a_root, step.a_offset * self.m_loc * isz, w * self.m_loc * isz,
+            a = self.row.fetch(step.a_root, step.a_offset * self.m_loc * itemsize, width * self.m_loc * itemsize,
                                s, gemm_done[slot])
-            c1 = be.event(ms)
-            b = self.col.fetch(step.b_root, step.b_offset * self.n_loc * isz, w * self.n_loc * isz,
+            a_end = backend.event(comm_stream)
+            b = self.col.fetch(step.b_root, step.b_offset * self.n_loc * itemsize, width * self.n_loc * itemsize,
                                s, gemm_done[slot])
-            c2 = be.event(ms)
-            host_comm[s] = perf_counter() - h0
+            b_end = backend.event(comm_stream)
             fetched[s] = (a, b)
-            marks[s] = [c0, c1, c2]
-            moved[s] = (a.ready is not None, b.ready is not None)
-            if record:
-                for t in (a, b):
-                    if t.nbytes:
-                        self.bytes_by_pair[(t.source, self.topo.rank, t.path)] += t.nbytes
+            marks[s] = StepMarks(before if a.started is None else a.started, a_end,
+                                 a_end if b.started is None else b.started, b_end,
+                                 a.ready is not None or a.host_bound, b.ready is not None or b.host_bound)
+            for t in (a, b):
+                if t.nbytes:
+                    self.bytes_by_pair[(t.source, self.topo.rank, t.path)] += t.nbytes
 
         for s in range(min(self.prefetch, nsteps)):
             fetch(s)
@@ -230,47 +269,44 @@ class Engine:
             if self.prefetch == 0:
                 fetch(s)
             a, b = fetched.pop(s)
-            be.wait(cs, a.ready)
-            be.wait(cs, b.ready)
-            g0 = be.event(cs)
-            be.gemm(self._panel(a, self.plan[s].width, "A"), self._panel(b, self.plan[s].width, "B"),
-                    self.C, accumulate=s > 0, stream=cs, tf32=self.tf32)
-            g1 = be.event(cs)
-            gemm_done[s % self.ring] = g1
-            marks[s] += [g0, g1]
+            backend.wait(compute_stream, a.ready)
+            backend.wait(compute_stream, b.ready)
+            marks[s].gemm_start = backend.event(compute_stream)
+            backend.gemm(self._panel(a, self.plan[s].width, "A"), self._panel(b, self.plan[s].width, "B"),
+                         self.C, accumulate=s > 0, stream=compute_stream, tf32=self.tf32)
+            marks[s].gemm_end = gemm_done[s % self.ring] = backend.event(compute_stream)
             if self.prefetch and s + self.prefetch < nsteps:
                 fetch(s + self.prefetch)
-        t1 = be.event(cs)
-        be.synchronize()
-        return self._times(t0, t1, marks, moved, host_comm, start)
+        product_end = backend.event(compute_stream)
+        backend.synchronize()
+        return self._times(product_start, product_end, marks, start)
 
-    def _times(self, t0, t1, marks, moved, host_comm, start) -> IterationTimes:
-        be = self.backend
+    def _times(self, product_start, product_end, marks: dict[int, StepMarks], start: float) -> IterationTimes:
+        elapsed = self.backend.elapsed
         nsteps = len(self.plan)
         steps = np.zeros((nsteps, len(PHASES)))
         host = np.zeros(nsteps)
         rows = []
         previous_end = 0.0
         for s in range(nsteps):
-            c0, c1, c2, g0, g1 = marks[s]
-            rel = [be.elapsed(t0, e) for e in (c0, c1, c2, g0, g1)]
-            gemm = rel[4] - rel[3]
-            # On the GPU the transfer time is what the communication stream saw: the marks after
-            # an MPI transfer are recorded once the host comes back from it, so it is inside too
-            # (with the leader's host wait for a free relay slot, which comes before the receive).
-            comm = rel[2] - rel[0] if be.on_gpu else host_comm[s]
-            gap = max(0.0, rel[3] - previous_end)
+            mark = marks[s]
+            # Seconds since the product's start, on this rank's device clock.
+            a_start, a_end, b_start, b_end, gemm_start, gemm_end = (
+                elapsed(product_start, e) for e in (mark.a_start, mark.a_end, mark.b_start, mark.b_end,
+                                                    mark.gemm_start, mark.gemm_end))
+            gemm = gemm_end - gemm_start
+            comm = (a_end - a_start) + (b_end - b_start)
+            gap = max(0.0, gemm_start - previous_end)
             # The panels of step s were there once the last transfer that moved one had ended.
-            a_moved, b_moved = moved[s]
-            ready = rel[2] if b_moved else (rel[1] if a_moved else None)
-            data = 0.0 if ready is None else min(gap, max(0.0, ready - previous_end))
-            steps[s] = (gemm, comm, data)
-            host[s] = gap - data
-            previous_end = rel[4]
+            ready = b_end if mark.b_moved else (a_end if mark.a_moved else None)
+            waiting = 0.0 if ready is None else min(gap, max(0.0, ready - previous_end))
+            steps[s] = (gemm, comm, waiting)
+            host[s] = gap - waiting
+            previous_end = gemm_end
             if self.record_timeline:
-                rows += [(1, 1, s, rel[0], rel[1]), (1, 2, s, rel[1], rel[2]), (0, 0, s, rel[3], rel[4])]
+                rows += [(1, 1, s, a_start, a_end), (1, 2, s, b_start, b_end), (0, 0, s, gemm_start, gemm_end)]
         timeline = np.array(rows, dtype=np.float64).reshape(-1, 5) if self.record_timeline else None
-        return IterationTimes(be.elapsed(t0, t1), steps, timeline, start, host)
+        return IterationTimes(elapsed(product_start, product_end), steps, timeline, start, host)
 
     # -- tear-down ------------------------------------------------------------
     def close(self) -> None:

@@ -19,13 +19,19 @@ __all__ = [
     "VerificationError",
     "agree",
     "collective",
+    "raised_everywhere",
 ]
 
 
 class HpcmmError(Exception):
-    """Base of hpcmm's errors; ``exit_code`` is the process exit status."""
+    """Base of hpcmm's errors; ``exit_code`` is the process exit status.
+
+    ``agreed`` is true once every rank raises it (:func:`agree`): only then may
+    the ranks tear down collectively.
+    """
 
     exit_code = 1
+    agreed = False
 
 
 class InputError(HpcmmError, ValueError):
@@ -89,9 +95,20 @@ def agree(comm, exc: BaseException | None) -> None:
         message = f"{message} (raised by rank {rank})"
     error = _KINDS.get(kind, HpcmmError)(message)
     error.exit_code = code
+    error.agreed = True
     if exc is not None and error.__cause__ is None:
         raise error from exc
     raise error
+
+
+def raised_everywhere(error: BaseException | None) -> bool:
+    """Whether every rank leaves with ``error`` (none, or one from :func:`agree`).
+
+    A collective tear-down (freeing communicators, closing IPC mappings) is safe
+    only then: after an error of this rank alone the others wait in some
+    collective, and a tear-down that waits for them would hang this rank too.
+    """
+    return error is None or (isinstance(error, HpcmmError) and error.agreed)
 
 
 @contextlib.contextmanager

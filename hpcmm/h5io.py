@@ -20,6 +20,7 @@ one line, and the temporary file is removed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import re
@@ -34,8 +35,9 @@ import numpy as np
 from .dtypes import numpy_dtype, storage_attributes, storage_dtype, to_storage
 from .errors import InputError, OutputError
 
-__all__ = ["PENDING", "PUBLISHED", "check_output_path", "temporary_path", "remove_temporary", "remove_pending", "guard_temporary",
-           "release_guard", "write_results", "write_table_file", "write_tables_file", "publish", "SCHEMA_VERSION"]
+__all__ = ["PENDING", "PUBLISHED", "Results", "check_output_path", "temporary_path", "remove_temporary", "remove_pending",
+           "guard_temporary", "release_guard", "write_results", "write_table_file", "write_tables_file", "publish",
+           "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = "1"
 
@@ -153,21 +155,50 @@ def _reserve(tmp: str, nbytes: int) -> None:
 RESERVE_OVERHEAD = 128 << 10
 
 
-def results_size(meta: dict) -> int:
+@dataclasses.dataclass
+class Results:
+    """What rank 0 writes into the results file besides ``/result/C`` (docs/hdf5-schema.md).
+
+    Attribute groups are dicts of scalars, tables are lists of dicts with the
+    same keys, timings are arrays.
+    """
+
+    root: dict  # attributes of ``/`` (created, command, ranks)
+    config: dict
+    versions: dict
+    topology: list[dict]
+    steps: list[dict]
+    iteration_seconds: np.ndarray  # ranks × iters
+    step_seconds: np.ndarray  # ranks × iters × steps × 3 (gemm, comm, wait)
+    timeline: np.ndarray | None  # events × 7, or None without a timeline
+    transfers: list[dict]
+    memory: list[dict]
+    summary: dict
+    c_shape: tuple[int, int] | None  # None: C is not saved
+    c_dtype: str
+    #: More groups: name → (attributes, {dataset name: array or table rows}).
+    extra: dict = dataclasses.field(default_factory=dict)
+    timeline_attrs: dict = dataclasses.field(default_factory=dict)
+
+
+def results_size(meta: Results) -> int:
     """An upper bound of the bytes :func:`write_results` (and ``/result/C``) put on disk."""
-    total = RESERVE_OVERHEAD
-    arrays = [meta.get("iteration_seconds"), meta.get("step_seconds"), meta.get("timeline")]
-    for _, datasets in meta.get("extra", {}).values():
+    arrays = [meta.iteration_seconds, meta.step_seconds, meta.timeline]
+    tables = [meta.topology, meta.steps, meta.transfers, meta.memory]
+    for _, datasets in meta.extra.values():
         arrays += [d for d in datasets.values() if not isinstance(d, list)]
+        tables += [d for d in datasets.values() if isinstance(d, list)]
+    c_bytes = 0 if meta.c_shape is None else int(np.prod(meta.c_shape)) * numpy_dtype(meta.c_dtype).itemsize
+    return _size(arrays, tables, [meta.root, meta.config, meta.versions, meta.summary, meta.timeline_attrs], c_bytes)
+
+
+def _size(arrays, tables, attribute_groups, c_bytes: int = 0) -> int:
+    """An upper bound of the bytes these arrays, tables (lists of rows) and attributes take in a file."""
+    total = RESERVE_OVERHEAD + c_bytes
     total += sum(np.asarray(a).nbytes for a in arrays if a is not None)
-    tables = [meta.get(k) or [] for k in ("topology", "steps", "transfers", "memory")]
-    tables += [d for _, ds in meta.get("extra", {}).values() for d in ds.values() if isinstance(d, list)]
     # A field takes at most 8 bytes, a string its text plus a global-heap entry (about 32 bytes).
-    total += sum(len(row) * 40 + sum(len(str(v)) for v in row.values()) for rows in tables for row in rows)
-    groups = [meta.get(k) or {} for k in ("root", "config", "versions", "summary", "timeline_attrs")]
-    total += sum(256 + len(str(v)) for attrs in groups for v in attrs.values())
-    if meta.get("c_shape") is not None:
-        total += int(np.prod(meta["c_shape"])) * numpy_dtype(meta["c_dtype"]).itemsize
+    total += sum(len(row) * 40 + sum(len(str(v)) for v in row.values()) for rows in tables for row in rows or [])
+    total += sum(256 + len(str(v)) for attrs in attribute_groups for v in attrs.values())
     return total + total // 16  # chunk indexes, gzip's worst case on incompressible data
 
 
@@ -309,14 +340,8 @@ def _table(group, name: str, rows: list[dict], strings=()) -> None:
     group.create_dataset(name, data=data)
 
 
-def write_results(tmp: str, meta: dict) -> None:
+def write_results(tmp: str, meta: Results) -> None:
     """Rank 0: everything but the product itself, into the temporary file.
-
-    ``meta`` keys: ``root`` (attrs), ``config`` (attrs), ``versions`` (attrs),
-    ``topology`` (rows), ``steps`` (rows), ``iteration_seconds`` (ranks × iters),
-    ``step_seconds`` (ranks × iters × steps × 3), ``timeline`` (events × 7 or None),
-    ``transfers`` (rows), ``memory`` (rows), ``summary`` (attrs),
-    ``c_shape``/``c_dtype`` (or None when C is not saved), ``extra`` (name → (attrs, {dataset: array})).
 
     Raises
     ------
@@ -329,31 +354,31 @@ def write_results(tmp: str, meta: dict) -> None:
         _write_results(tmp, meta)
 
 
-def _write_results(tmp: str, meta: dict) -> None:
+def _write_results(tmp: str, meta: Results) -> None:
     with h5py.File(tmp, "r+") as f:
-        _attrs(f, {"schema_version": SCHEMA_VERSION, **meta["root"]})
-        _attrs(f.create_group("config"), meta["config"])
-        _attrs(f.create_group("versions"), meta["versions"])
-        _table(f, "topology", meta["topology"])
+        _attrs(f, {"schema_version": SCHEMA_VERSION, **meta.root})
+        _attrs(f.create_group("config"), meta.config)
+        _attrs(f.create_group("versions"), meta.versions)
+        _table(f, "topology", meta.topology)
         timings = f.create_group("timings")
-        timings.create_dataset("iteration_seconds", data=meta["iteration_seconds"])
-        sd = timings.create_dataset("step_seconds", data=meta["step_seconds"], compression="gzip")
+        timings.create_dataset("iteration_seconds", data=meta.iteration_seconds)
+        sd = timings.create_dataset("step_seconds", data=meta.step_seconds, compression="gzip")
         sd.attrs["phases"] = np.array(["gemm", "comm", "wait"], dtype=h5py.string_dtype())
         sd.attrs["dims"] = np.array(["rank", "iteration", "step", "phase"], dtype=h5py.string_dtype())
-        _table(timings, "steps", meta["steps"])
-        if meta.get("timeline") is not None:
+        _table(timings, "steps", meta.steps)
+        if meta.timeline is not None:
             tl = f.create_group("timeline")
-            ev = tl.create_dataset("events", data=meta["timeline"], compression="gzip")
+            ev = tl.create_dataset("events", data=meta.timeline, compression="gzip")
             ev.attrs["columns"] = np.array(
                 ["rank", "iteration", "stream", "kind", "step", "start", "end"], dtype=h5py.string_dtype()
             )
             ev.attrs["streams"] = np.array(["compute", "comm"], dtype=h5py.string_dtype())
             ev.attrs["kinds"] = np.array(["gemm", "A", "B"], dtype=h5py.string_dtype())
-            _attrs(tl, meta.get("timeline_attrs", {}))
-        _table(f, "transfers", meta["transfers"])
-        _table(f, "memory", meta["memory"])
-        _attrs(f.create_group("summary"), meta["summary"])
-        for name, (attrs, datasets) in meta.get("extra", {}).items():
+            _attrs(tl, meta.timeline_attrs)
+        _table(f, "transfers", meta.transfers)
+        _table(f, "memory", meta.memory)
+        _attrs(f.create_group("summary"), meta.summary)
+        for name, (attrs, datasets) in meta.extra.items():
             group = f.require_group(name)
             _attrs(group, attrs)
             for dname, data in datasets.items():
@@ -361,12 +386,12 @@ def _write_results(tmp: str, meta: dict) -> None:
                     _table(group, dname, data)
                 else:
                     group.create_dataset(dname, data=data)
-        if meta.get("c_shape") is not None:
+        if meta.c_shape is not None:
             # The fill value in C's own type: h5py cannot convert a float NaN to a complex one.
             # bfloat16 goes in as its raw bits (hpcmm.dtypes), NaN's bits as the fill value.
-            c_type = numpy_dtype(meta["c_dtype"])
+            c_type = numpy_dtype(meta.c_dtype)
             dset = f.create_group("result").create_dataset(
-                "C", shape=meta["c_shape"], dtype=storage_dtype(c_type),
+                "C", shape=meta.c_shape, dtype=storage_dtype(c_type),
                 fillvalue=to_storage(np.full((1,), np.nan, dtype=c_type))[0],
             )
             _attrs(dset, storage_attributes(c_type))
@@ -443,8 +468,7 @@ def write_tables_file(out: str, overwrite: bool, kind: str, tables: dict[str, li
     tmp = temporary_path(out, guarded=True)
     try:
         with _writing(tmp):
-            _reserve(tmp, results_size({"versions": vers, "extra": {name: ({}, {name: rows})
-                                                                     for name, rows in tables.items()}}))
+            _reserve(tmp, _size([], list(tables.values()), [vers]))
             with h5py.File(tmp, "r+") as f:
                 _attrs(f, {"schema_version": SCHEMA_VERSION, "kind": kind,
                            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),

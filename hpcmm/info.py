@@ -4,29 +4,23 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from .backend import make_backend
 from .config import RunConfig
-from .errors import collective
 from .metadata import parallel_hdf5, topology_row, versions
-from .topology import Topology
+from .placement import placement
 from .transport import decide
 
 __all__ = ["info_main", "gather_info"]
 
 
-def gather_info(config: RunConfig, comm: MPI.Comm, source: str = "--cuda-aware-mpi") -> dict | None:
+def gather_info(config: RunConfig, comm: MPI.Comm) -> dict | None:
     """Collective: the per-rank table and the run's facts (on rank 0; ``None`` elsewhere)."""
-    topo = Topology.create(comm, config)
-    backend = None
-    try:
-        with collective(topo.comm):
-            backend = make_backend(config.device, topo.local_rank, topo.local_size)
+    with placement(comm, config) as (topo, backend):
         row = topology_row(topo, backend)
         row["node_ranks"] = topo.local_size
         rows = topo.comm.gather(row, root=0)
         if topo.rank != 0:
             return None
-        awareness = decide(config.cuda_aware_mpi, option_source=source)
+        awareness = decide(config.cuda_aware_mpi, option_source=config.origin("cuda_aware_mpi"))
         gpus_per_host: dict[str, set] = {}
         ranks_per_host: dict[str, int] = {}
         for r in rows:
@@ -43,14 +37,10 @@ def gather_info(config: RunConfig, comm: MPI.Comm, source: str = "--cuda-aware-m
             "parallel_hdf5": parallel_hdf5(),
             "oversubscribed": shared,
         }
-    finally:
-        if backend is not None:
-            backend.close()
-        topo.close()
 
 
-def info_main(config: RunConfig, comm: MPI.Comm, source: str) -> int:
-    facts = gather_info(config, comm, source)
+def info_main(config: RunConfig, comm: MPI.Comm) -> int:
+    facts = gather_info(config, comm)
     if facts is None:
         return 0
     print(f"{'rank':>4} {'host':<20} {'local':>5} {'node':>4} {'grid':>5}  device")

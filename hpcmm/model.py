@@ -44,9 +44,10 @@ import os
 
 import numpy as np
 
-from .algorithms import auto_panel, summa_plan
+from .algorithms import auto_panel, ring_depth, summa_plan
 from .errors import InputError
 from .layout import Grid, Layout
+from .summary import product_flops
 
 __all__ = [
     "ALGOS", "BUILTIN", "GemmCurve", "Machine", "Prediction", "Problem", "builtin",
@@ -196,7 +197,7 @@ class Machine:
         """Seconds of ``C (+)= A·B`` with A m×w, B w×n on one device (arrays broadcast)."""
         c = self.curve(dtype)
         m, n, w = (np.asarray(x, dtype=float) for x in (m, n, w))
-        flops = (8.0 if dtype.startswith("complex") else 2.0) * m * n * w
+        flops = product_flops(m, n, w, dtype)
         eff = (m / (m + c.half_m)) * (n / (n + c.half_n)) * (w / (w + c.half_k)) * c.factor(m, n, ITEMSIZE[dtype])
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(flops > 0, flops / (c.tflops * 1e12 * np.maximum(eff, 1e-300)),
@@ -335,7 +336,7 @@ class Problem:
 
     @property
     def flops(self) -> float:
-        return (8.0 if self.dtype.startswith("complex") else 2.0) * self.m * self.n * self.k
+        return product_flops(self.m, self.n, self.k, self.dtype)
 
 
 def compute_dims(size: int) -> tuple[int, int]:
@@ -787,7 +788,7 @@ def memory_bytes(problem: Problem, grid: Grid, panel: int, ring: int) -> int:
 
 
 def _fits(problem, grid, panel, prefetch, machine, sharers: int, extra: int = 0) -> bool:
-    ring = max(prefetch + 1, 2)
+    ring = ring_depth(prefetch, spans_nodes=True)  # the deepest a channel keeps
     need = (memory_bytes(problem, grid, panel, ring) + extra) * sharers
     return need <= machine.memory_gib * 2**30
 
@@ -871,7 +872,7 @@ def fit_gemm_curve(samples, dtype: str, memory_gbps: float, accumulate_passes: f
     if arr.size == 0:
         raise InputError(f"fit_gemm_curve: no samples for {dtype}")
     m, n, w, acc, t = arr.T
-    flops = (8.0 if dtype.startswith("complex") else 2.0) * m * n * w
+    flops = product_flops(m, n, w, dtype)
     memory = np.where(acc > 0, accumulate_passes, 1.0) * m * n * ITEMSIZE[dtype] / (memory_gbps * 1e9)
     best = None
     for launch in (0.0, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6):

@@ -73,7 +73,8 @@ def _report(f, ns) -> int:
                 raise InputError(f"report {ns.file}: /{name} is not a table")
             print("  ".join(cols))
             for r in rows:
-                print("  ".join(str(_decode(r[c])) for c in cols))
+                # NaN is a figure that does not exist (no efficiency on CPUs, a peer that did not run).
+                print("  ".join("—" if isinstance(v := _decode(r[c]), float) and v != v else str(v) for c in cols))
         return 0
     if "summary" not in f or "config" not in f:
         raise InputError(f"report {ns.file}: no /summary and /config (not an hpcmm results file)")

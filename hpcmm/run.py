@@ -1,8 +1,13 @@
-"""One run, end to end: checks → topology → backend → blocks → SUMMA → verify → HDF5.
+"""One run, end to end: checks → placement → engine → products → verify → HDF5.
 
 The library entry point :func:`run` takes a communicator (no hidden
 ``COMM_WORLD``), frees everything it made, and raises the same
 :class:`~hpcmm.errors.HpcmmError` on every rank when something is wrong.
+Its body is a list of steps; each step below is one function.
+
+Example (two ranks)::
+
+    mpiexec -n 2 python -c "import hpcmm; hpcmm.run(hpcmm.RunConfig(m=4096, out='r.h5'))"
 """
 
 from __future__ import annotations
@@ -11,48 +16,27 @@ import contextlib
 import dataclasses
 import datetime
 import sys
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 from . import h5io
-from .backend import make_backend
+from .backend import host_memory
 from .clock import SharedClock, product_window
-from .config import RunConfig, parse_fault
-from .engine import PHASES, Engine, memory_needed
-from .errors import HpcmmError, InputError, VerificationError, agree, collective
+from .config import RunConfig
+from .engine import PHASES, Engine, IterationTimes
+from .errors import InputError, VerificationError, agree, collective
 from .inputs import MatrixSource, check_pair, generate_block, open_source
 from .layout import Layout
 from .metadata import topology_row, versions
-from .summary import summary_figures
+from .placement import placement
+from .summary import gathered_figures, summary_figures
 from .threads import attributes as blas_attributes
 from .threads import limit_blas_threads
-from .topology import Topology
-from .transport import PATHS, decide
-from .verify import Check, check_full_size, freivalds, full_check
+from .transport import PATHS, CudaAwareness, decide
+from .verify import Check, Product, check_full_size, freivalds, full_check
 
 __all__ = ["RunResult", "run"]
-
-
-def _fault(config: RunConfig, rank: int, phase: str) -> bool:
-    """The test-only fault hook ``HPCMM_FAULT=RANK:PHASE[:ACTION]`` (docs/reliability.md).
-
-    At ``phase`` on ``rank``: raise ``RuntimeError`` (a failure of this rank
-    only), or hang until a signal ends the process.  For ``corrupt`` it only
-    answers whether to perturb C.
-    """
-    if config.fault is None:
-        return False
-    who, where, action = parse_fault(config.fault)
-    if who != rank or where != phase:
-        return False
-    if phase == "corrupt":
-        return True
-    if action == "hang":
-        while True:
-            time.sleep(1.0)
-    raise RuntimeError(f"fault injected by HPCMM_FAULT={config.fault}")
 
 
 @dataclasses.dataclass
@@ -66,61 +50,7 @@ class RunResult:
     awareness_reason: str
 
 
-def _inspect_inputs(comm, config: RunConfig) -> tuple[MatrixSource, MatrixSource] | None:
-    """Rank 0 opens the input files; every rank gets the verdict."""
-    if config.a is None:
-        return None
-    sources = None
-    with collective(comm):
-        if comm.Get_rank() == 0:
-            a = open_source("--a", *config.a)
-            b = open_source("--b", *config.b)
-            check_pair(a, b)
-            for src in (a, b):
-                if np.dtype(src.dtype).kind == "c" and np.dtype(config.dtype).kind != "c":
-                    raise InputError(f"{src.flag}={src.label} holds {src.dtype}: complex input needs "
-                                     f"a complex --dtype, not --dtype={config.dtype}")
-            sources = (a, b)
-    return comm.bcast(sources, root=0)
-
-
-def _load_blocks(topo, layout, config, sources):
-    rank = topo.rank
-    (ar, ac), (br, bc) = layout.a_block(rank), layout.b_block(rank)
-    if sources is None:
-        a = generate_block(config.seed, "A", (layout.m, layout.k), ar, ac, config.dtype)
-        b = generate_block(config.seed, "B", (layout.k, layout.n), br, bc, config.dtype)
-        return a, b
-    a = sources[0].read(ar, ac)
-    b = sources[1].read(br, bc)
-    if np.dtype(config.dtype).kind != "c" and (a.dtype.kind == "c" or b.dtype.kind == "c"):
-        raise InputError(f"complex input needs a complex --dtype, not --dtype={config.dtype}")
-    return a, b
-
-
-def _nonfinite_report(comm, layout, rank, blocks, sources) -> str | None:
-    """Count NaN/Inf in the inputs over all ranks; describe the first one."""
-    found = []
-    for (name, block), where in zip(blocks, (layout.a_block(rank), layout.b_block(rank))):
-        bad = ~np.isfinite(block)
-        if bad.any():
-            i, j = np.argwhere(bad)[0]
-            found.append((name, int(bad.sum()), int(i + where[0][0]), int(j + where[1][0])))
-    everyone = [x for part in comm.allgather(found) for x in part]
-    if not everyone:
-        return None
-    totals: dict[str, list] = {}
-    for name, count, i, j in everyone:
-        t = totals.setdefault(name, [0, (i, j)])
-        t[0] += count
-        t[1] = min(t[1], (i, j))
-    labels = {"A": "A", "B": "B"} if sources is None else {s.flag[-1].upper(): f"{s.flag}={s.label}" for s in sources}
-    parts = [f"{labels[n]}: {c} non-finite value(s), first at ({p[0]}, {p[1]})" for n, (c, p) in sorted(totals.items())]
-    return "; ".join(parts)
-
-
-def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: str = "--cuda-aware-mpi",
-        progress=None, argv: list[str] | None = None, write: bool = True) -> RunResult:
+def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write: bool = True) -> RunResult:
     """Multiply, verify and (if ``write``) save one product.  Collective over ``comm``.
 
     Raises
@@ -132,217 +62,336 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, cuda_aware_source: s
     """
     comm = comm if comm is not None else MPI.COMM_WORLD
     say = progress if (progress is not None and comm.Get_rank() == 0) else (lambda msg: None)
-    if config.fault is not None and parse_fault(config.fault)[0] >= comm.Get_size():
-        raise InputError(f"HPCMM_FAULT={config.fault}: no rank {parse_fault(config.fault)[0]} "
-                         f"among {comm.Get_size()} ranks")
-    if write:
-        with collective(comm):
-            if comm.Get_rank() == 0:
-                h5io.check_output_path(config.out, config.overwrite)
-    sources = _inspect_inputs(comm, config)
-    topo = Topology.create(comm, config)
-    blas = limit_blas_threads(topo)  # each rank's share of its node's cores (hpcmm/threads.py)
-    backend = engine = None
-    collective_exit = True
-    try:
-        with collective(topo.comm):
-            backend = make_backend(config.device, topo.local_rank, topo.local_size)
-        kinds = topo.comm.allgather(backend.on_gpu)
-        if len(set(kinds)) > 1:
-            agree(topo.comm, InputError(f"--device={config.device}: some ranks found a GPU and some did not"))
-        _fault(config, topo.rank, "setup")
-        if sources is not None:
-            m, n, k = check_pair(*sources)
-        else:
-            config = config.with_default_size(backend.on_gpu)
-            m, n, k = config.m, config.n, config.k
-        layout = Layout(m, n, k, topo.grid)
-        if config.verify == "full":
-            check_full_size(m, n, k, config.dtype)  # same verdict on every rank, before the work
-        awareness = decide(config.cuda_aware_mpi, option_source=cuda_aware_source)
+    sources = _check_before_work(comm, config, write)
+    with placement(comm, config) as (topo, backend), _blas_threads(topo):
+        config, layout = _problem(config, topo, backend, sources)
+        awareness = decide(config.cuda_aware_mpi, option_source=config.origin("cuda_aware_mpi"))
         if backend.on_gpu and not awareness.known and topo.vnode_count > 1:
             say(awareness.hint)
-        with collective(topo.comm):
-            if config.panel is not None and config.panel > k:
-                raise InputError(f"--panel={config.panel}: wider than k={k}")
-        engine = Engine(topo, backend, layout, config.dtype, config.panel, config.prefetch,
-                        awareness.aware, tf32=config.tf32, timeline=config.timeline)
-        say(f"grid {topo.grid} | {layout.m}x{layout.k} @ {layout.k}x{layout.n} {config.dtype} | "
-            f"{backend.name} | panel {engine.panel}, {len(engine.plan)} step(s), prefetch {engine.prefetch}")
-        blocks = None
-        with collective(topo.comm):
-            blocks = _load_blocks(topo, layout, config, sources)
-        verify = config.verify
-        report = _nonfinite_report(topo.comm, layout, topo.rank, zip("AB", blocks), sources)
-        if report is not None:
-            if not config.allow_nonfinite:
-                agree(topo.comm, InputError(f"{report}: refusing to run (pass --allow-nonfinite)"))
-            say(f"warning: {report}; verification skipped")
-            verify = "none"
-        engine.load(*blocks)
-        del blocks
-        clock = SharedClock(topo.comm)
-        times, windows = [], []
-        for i in range(config.warmup + config.iters):
-            topo.comm.Barrier()
-            if i == 0:
-                _fault(config, topo.rank, "multiply")
-            timed = i >= config.warmup
-            engine.bytes_by_pair.clear()
-            t = engine.multiply(record=True)
-            # A product lasts from the first rank's start to the last rank's end (one clock).
-            t.start = clock.to_shared(t.start)
-            first, last = product_window(topo.comm, t.start, t.seconds)
-            if timed:
-                times.append(t)
-                windows.append((first, last))
-            say(f"{'iteration' if timed else 'warm-up'} {i + 1 - (config.warmup if timed else 0)}/"
-                f"{config.iters if timed else config.warmup}: {last - first:.4f} s (first start to last end)")
-        if _fault(config, topo.rank, "corrupt") and engine.C.size:
-            engine.C[0, 0] += 100
-        _fault(config, topo.rank, "verify")
-        check = None
-        if verify == "freivalds":
-            check = freivalds(topo, layout, backend, engine.A, engine.B, engine.C, config.seed,
-                              config.dtype, len(engine.plan), config.tf32)
-        elif verify == "full":
-            check = full_check(topo, layout, backend, engine.A, engine.B, engine.C, config.dtype,
-                               len(engine.plan), config.tf32)
-        result = _gather_and_write(config, topo, backend, layout, engine, awareness, (times, windows, clock),
-                                   check, argv, write)
-        if check is not None and not check.passed:
-            error = VerificationError(
-                f"verification failed: {check.method} residual {check.residual:.3e} > tolerance "
-                f"{check.tolerance:.3e}" + (f" (results in {config.out}, marked verified=False)" if write else "")
-            )
-            error.summary = result.summary  # the CLI prints it all the same
-            raise error
-        return result
-    except HpcmmError:
-        raise  # raised on every rank: the collective tear-down below is safe
-    except BaseException:
-        # This rank alone failed while the others wait in a collective: tearing down
-        # collectively would hang it too.  The caller ends the job (cli.main: MPI.Abort).
-        collective_exit = False
-        raise
+        with Engine(topo, backend, layout, config, awareness.aware) as engine:
+            _check_bookkeeping(topo, engine, config)
+            say(f"grid {topo.grid} | {layout.m}x{layout.k} @ {layout.k}x{layout.n} {config.dtype} | "
+                f"{backend.name} | panel {engine.panel}, {len(engine.plan)} step(s), prefetch {engine.prefetch}")
+            verify = _load_inputs(engine, config, sources, say)
+            timings = _timed_products(engine, config, say)
+            check = _verify(engine, config, verify)
+            result = _gather_and_write(engine, config, awareness, timings, check, write)
+            _raise_if_wrong(check, result, config, write)
+            return result
+
+
+# -- before the work ----------------------------------------------------------------
+
+
+def _check_before_work(comm, config: RunConfig, write: bool) -> tuple[MatrixSource, MatrixSource] | None:
+    """Collective: the output path (never an input) and the input files; rank 0 looks, every rank learns."""
+    sources = None
+    with collective(comm):
+        if comm.Get_rank() == 0:
+            if write:
+                inputs = [(flag, source[0]) for flag, source in (("--a", config.a), ("--b", config.b)) if source]
+                h5io.check_output_path(config.out, config.overwrite, inputs)
+            if config.a is not None:
+                a = open_source("--a", *config.a)
+                b = open_source("--b", *config.b)
+                check_pair(a, b)
+                for src in (a, b):
+                    if np.dtype(src.dtype).kind == "c" and np.dtype(config.dtype).kind != "c":
+                        raise InputError(f"{src.flag}={src.label} holds {src.dtype}: complex input needs "
+                                         f"a complex --dtype, not --dtype={config.dtype}")
+                sources = (a, b)
+    return comm.bcast(sources, root=0)
+
+
+@contextlib.contextmanager
+def _blas_threads(topo):
+    """Each rank's share of its node's cores for the BLAS (hpcmm/threads.py), given back at the end."""
+    setting = limit_blas_threads(topo)
+    try:
+        yield setting
     finally:
-        blas.restore()
-        if collective_exit:
-            if engine is not None:
-                engine.close()
-            if backend is not None:
-                backend.close()
-            topo.close()
+        setting.restore()
 
 
-def _gather_and_write(config, topo, backend, layout, engine, awareness, timing, check, argv, write) -> RunResult:
-    comm, rank = topo.comm, topo.rank
-    times, windows, clock = timing
-    iters = np.array([t.seconds for t in times])
-    steps = np.stack([t.steps for t in times]) if times else np.zeros((0, len(engine.plan), len(PHASES)))
-    host = np.stack([t.host for t in times]) if times else np.zeros((0, len(engine.plan)))
+def _problem(config: RunConfig, topo, backend, sources) -> tuple[RunConfig, Layout]:
+    """The sizes (from the files, or the device's default) and the layout; what the sizes rule out."""
+    if sources is not None:
+        m, n, k = check_pair(*sources)
+    else:
+        config = config.with_default_size(backend.on_gpu)
+        m, n, k = config.m, config.n, config.k
+    layout = Layout(m, n, k, topo.grid)
+    if config.verify == "full":
+        with collective(topo.comm):
+            check_full_size(m, n, k, config.dtype)
+    return config, layout
+
+
+#: Host bytes per step of one timed product that rank 0 holds for each rank once the products
+#: are over: gemm, comm, wait and host seconds (4 float64) and 3 timeline events of 7 columns,
+#: in several copies (the rank's own, gathered, stacked, written).  Measured: rank 0's peak grew
+#: 1.0 KiB per step and timed product (20000 steps, 1 and 9 products, one rank, timeline kept).
+GATHERED_BYTES_PER_STEP = 1024
+#: The same without the timeline (4 of the 25 values per step).
+GATHERED_BYTES_PER_STEP_NO_TIMELINE = 256
+#: Host bytes per step that a rank holds while one product runs (events, marks, transfers).
+LIVE_BYTES_PER_STEP = 2048
+
+
+def timing_bytes(steps: int, iters: int, ranks: int, timeline: bool) -> int:
+    """Host bytes rank 0 needs for the timings of a run: what it gathers, and one product's marks."""
+    per_step = GATHERED_BYTES_PER_STEP if timeline else GATHERED_BYTES_PER_STEP_NO_TIMELINE
+    return steps * (iters * ranks * per_step + LIVE_BYTES_PER_STEP)
+
+
+def _check_bookkeeping(topo, engine: Engine, config: RunConfig) -> None:
+    """Collective: refuse a run whose timings cannot fit in rank 0's host memory, before the products."""
+    steps = len(engine.plan)
+    need = timing_bytes(steps, config.iters, topo.size, config.timeline)
+    error = None
+    if topo.rank == 0:
+        free = host_memory()[0]
+        if not engine.backend.on_gpu:
+            free -= engine.needed_bytes() * topo.local_size  # the blocks share the host
+        if need > free:
+            error = InputError(
+                f"{steps} steps x {config.iters} timed product(s) x {topo.size} rank(s): the timings need "
+                f"{need / 2**30:.2f} GiB of host memory on rank 0, {max(free, 0) / 2**30:.2f} GiB available "
+                f"(fewer --iters, a wider --panel, or --no-timeline)")
+    agree(topo.comm, error)
+
+
+def _load_inputs(engine: Engine, config: RunConfig, sources, say) -> str:
+    """Collective: read or generate this rank's blocks into the engine; the check to run.
+
+    Blocks are cast to ``--dtype`` first, so that a value finite on disk but
+    beyond the range of ``--dtype`` counts as non-finite.
+    """
+    topo, layout = engine.topo, engine.layout
+    blocks = None
+    with collective(topo.comm):
+        blocks = _read_blocks(topo.rank, layout, config, sources)
+    report = _nonfinite_report(topo.comm, layout, topo.rank, blocks, sources, config.dtype)
+    verify = config.verify
+    if report is not None:
+        if not config.allow_nonfinite:
+            agree(topo.comm, InputError(f"{report}: refusing to run (pass --allow-nonfinite)"))
+        say(f"warning: {report}; verification skipped")
+        verify = "none"
+    engine.load(*blocks)
+    return verify
+
+
+def _read_blocks(rank: int, layout: Layout, config: RunConfig, sources) -> tuple[np.ndarray, np.ndarray]:
+    (a_rows, a_cols), (b_rows, b_cols) = layout.a_block(rank), layout.b_block(rank)
+    if sources is None:
+        a = generate_block(config.seed, "A", (layout.m, layout.k), a_rows, a_cols, config.dtype)
+        b = generate_block(config.seed, "B", (layout.k, layout.n), b_rows, b_cols, config.dtype)
+        return a, b
+    with np.errstate(over="ignore", invalid="ignore"):  # out of range becomes inf: reported next
+        return tuple(source.read(rows, cols).astype(config.dtype, copy=False)
+                     for source, (rows, cols) in zip(sources, ((a_rows, a_cols), (b_rows, b_cols))))
+
+
+def _nonfinite_report(comm, layout, rank, blocks, sources, dtype: str) -> str | None:
+    """Collective: count NaN/Inf in the inputs over all ranks; describe the first one of each operand."""
+    found = []
+    for name, block, where in zip("AB", blocks, (layout.a_block(rank), layout.b_block(rank))):
+        bad = ~np.isfinite(block)
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            found.append((name, int(bad.sum()), int(i + where[0][0]), int(j + where[1][0])))
+    all_found = [x for part in comm.allgather(found) for x in part]
+    if not all_found:
+        return None
+    totals: dict[str, list] = {}
+    for name, count, i, j in all_found:
+        total = totals.setdefault(name, [0, (i, j)])
+        total[0] += count
+        total[1] = min(total[1], (i, j))
+    labels = {"A": ("A", ""), "B": ("B", "")}
+    if sources is not None:
+        # A value may be finite on disk and beyond the range of --dtype: say so.
+        labels = {s.flag[-1].upper(): (f"{s.flag}={s.label}", "" if np.dtype(s.dtype) == np.dtype(dtype)
+                                       else f" as --dtype={dtype}") for s in sources}
+    parts = [f"{labels[n][0]}: {c} non-finite value(s){labels[n][1]}, first at ({p[0]}, {p[1]})"
+             for n, (c, p) in sorted(totals.items())]
+    return "; ".join(parts)
+
+
+# -- the work -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Timings:
+    """The timed products of this rank, and the clock that places them on rank 0's."""
+
+    products: list[IterationTimes]
+    windows: list[tuple[float, float]]  # (first rank's start, last rank's end) on the shared clock
+    clock: SharedClock
+
+
+def _timed_products(engine: Engine, config: RunConfig, say) -> Timings:
+    """Collective: ``--warmup`` untimed products, then ``--iters`` timed ones."""
+    comm = engine.topo.comm
+    timings = Timings([], [], SharedClock(comm))
+    for i in range(config.warmup + config.iters):
+        comm.Barrier()
+        timed = i >= config.warmup
+        product = engine.multiply()
+        # A product lasts from the first rank's start to the last rank's end (one clock).
+        product.start = timings.clock.to_shared(product.start)
+        first, last = product_window(comm, product.start, product.seconds)
+        if timed:
+            timings.products.append(product)
+            timings.windows.append((first, last))
+        say(f"{'iteration' if timed else 'warm-up'} {i + 1 - (config.warmup if timed else 0)}/"
+            f"{config.iters if timed else config.warmup}: {last - first:.4f} s (first start to last end)")
+    return timings
+
+
+def _verify(engine: Engine, config: RunConfig, verify: str) -> Check | None:
+    """Collective: the check of C that ``verify`` names (``none``: no check)."""
+    product = Product(engine.A, engine.B, engine.C, config.dtype, len(engine.plan), config.tf32)
+    if verify == "freivalds":
+        return freivalds(engine.topo, engine.layout, engine.backend, product, config.seed)
+    if verify == "full":
+        return full_check(engine.topo, engine.layout, engine.backend, product)
+    return None
+
+
+def _raise_if_wrong(check: Check | None, result: RunResult, config: RunConfig, write: bool) -> None:
+    if check is None or check.passed:
+        return
+    error = VerificationError(
+        f"verification failed: {check.method} residual {check.residual:.3e} > tolerance "
+        f"{check.tolerance:.3e}" + (f" (results in {config.out}, marked verified=False)" if write else "")
+    )
+    error.agreed = True  # every rank holds the same check (reduced over the ranks)
+    error.summary = result.summary  # the CLI prints it all the same
+    raise error
+
+
+# -- gather, summarize, write -------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RankReport:
+    """What each rank sends rank 0 after the products."""
+
+    topology: dict
+    iteration_seconds: np.ndarray  # (iters,) this rank's own start to end
+    step_seconds: np.ndarray  # (iters, steps, 3)
+    host_seconds: np.ndarray  # (iters, steps)
+    starts: np.ndarray  # (iters,) on the shared clock
+    clock_uncertainty: float
+    timeline: np.ndarray | None  # (events, 7): rank, iteration, then the engine's 5 columns
+    transfers: list[tuple[int, int, str, int]]
+    memory: dict
+
+
+def _rank_report(engine: Engine, config: RunConfig, timings: Timings) -> RankReport:
+    rank, products, nsteps = engine.topo.rank, timings.products, len(engine.plan)
     timeline = None
-    if config.timeline and times:
+    if config.timeline and products:
         timeline = np.concatenate([
             np.column_stack([np.full(len(t.timeline), rank), np.full(len(t.timeline), i), t.timeline])
-            for i, t in enumerate(times)
-        ]) if any(len(t.timeline) for t in times) else np.zeros((0, 7))
-    transfers = [(src, dst, path, nbytes) for (src, dst, path), nbytes in engine.bytes_by_pair.items()]
-    need = memory_needed(layout, rank, np.dtype(config.dtype).itemsize, engine.panel, engine.ring)
-    mine = {
-        "topology": topology_row(topo, backend),
-        "iters": iters,
-        "steps": steps,
-        "host": host,
-        "starts": np.array([t.start for t in times]),
-        "clock_uncertainty": clock.uncertainty,
-        "timeline": timeline,
-        "transfers": transfers,
-        "memory": {"rank": rank, "peak_bytes": int(backend.peak_memory()), "needed_bytes": int(need),
-                   "device": "gpu" if backend.on_gpu else "cpu"},
-    }
-    if rank != 0 or not write:
-        _fault(config, rank, "write")
-    everyone = comm.gather(mine, root=0)
-    vers = versions(backend)
-    summary = topo_rows = None
-    path = config.out if write else None
-    tmp = None
-    error = None
+            for i, t in enumerate(products)
+        ]) if any(len(t.timeline) for t in products) else np.zeros((0, 7))
+    backend = engine.backend
+    return RankReport(
+        topology=topology_row(engine.topo, backend),
+        iteration_seconds=np.array([t.seconds for t in products]),
+        step_seconds=np.stack([t.steps for t in products]) if products else np.zeros((0, nsteps, len(PHASES))),
+        host_seconds=np.stack([t.host for t in products]) if products else np.zeros((0, nsteps)),
+        starts=np.array([t.start for t in products]),
+        clock_uncertainty=timings.clock.uncertainty,
+        timeline=timeline,
+        transfers=[(src, dst, path, nbytes) for (src, dst, path), nbytes in engine.bytes_by_pair.items()],
+        memory={"rank": rank, "peak_bytes": int(backend.peak_memory()), "needed_bytes": int(engine.needed_bytes()),
+                "device": "gpu" if backend.on_gpu else "cpu"},
+    )
+
+
+def _results(engine: Engine, config: RunConfig, awareness: CudaAwareness, reports: list[RankReport],
+             figures, summary: dict, clock_method: str) -> h5io.Results:
+    """Rank 0: the results file's record."""
+    topo, layout, backend = engine.topo, engine.layout, engine.backend
+    attributes = config.as_attributes()
+    attributes.update(m=layout.m, n=layout.n, k=layout.k, grid=str(topo.grid), panel=engine.panel,
+                      panel_auto=engine.panel_auto, prefetch=engine.prefetch, ring=engine.ring,
+                      backend=backend.name, steps=len(engine.plan),
+                      cuda_aware_mpi_decision=awareness.aware, cuda_aware_mpi_reason=awareness.reason,
+                      ranks_per_node=topo.ranks_per_node or 0, nodes=topo.vnode_count)
+    attributes.update(blas_attributes())
+    timelines = [r.timeline for r in reports if r.timeline is not None]
+    return h5io.Results(
+        root={"created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "command": " ".join(config.argv if config.argv is not None else sys.argv),
+              "ranks": topo.size},
+        config=attributes,
+        versions=versions(backend),
+        topology=figures.topology,
+        steps=[dict(index=s.index, k0=s.k0, k1=s.k1, a_root=s.a_root, b_root=s.b_root) for s in engine.plan],
+        iteration_seconds=figures.iteration_seconds,
+        step_seconds=figures.step_seconds,
+        timeline=np.concatenate(timelines) if timelines else None,
+        transfers=figures.transfers,
+        memory=[r.memory for r in reports],
+        summary=summary,
+        c_shape=(layout.m, layout.n) if config.save_c else None,
+        c_dtype=config.dtype,
+        extra={"timings": (
+            {"clock": clock_method, "clock_uncertainty": max(r.clock_uncertainty for r in reports)},
+            {"product_seconds": figures.product_seconds, "start_seconds": figures.start_seconds,
+             "host_seconds": figures.host_seconds})},
+    )
+
+
+def _gather_and_write(engine: Engine, config: RunConfig, awareness: CudaAwareness, timings: Timings,
+                      check: Check | None, write: bool) -> RunResult:
+    """Collective: rank 0 gathers every rank's report, works out the summary and (if ``write``) writes the file."""
+    topo = engine.topo
+    comm, rank = topo.comm, topo.rank
+    reports = comm.gather(_rank_report(engine, config, timings), root=0)
+    summary = topology = tmp = error = None
     if rank == 0:
         try:
-            topo_rows = [e["topology"] for e in everyone]
-            iteration_seconds = np.stack([e["iters"] for e in everyone])
-            step_seconds = np.stack([e["steps"] for e in everyone])
-            host_seconds = np.stack([e["host"] for e in everyone])
-            firsts = np.array([w[0] for w in windows])
-            product_seconds = np.array([last - first for first, last in windows])
-            start_seconds = np.stack([e["starts"] for e in everyone]) - firsts
-            rows = [dict(src=s, dst=d, path=p, bytes=b) for e in everyone for (s, d, p, b) in e["transfers"]]
-            paths = {r["path"] for r in rows if r["path"] in PATHS}
-            gpus = len({(r["host"], r["gpu_uuid"] or r["gpu_index"]) for r in topo_rows if r["gpu_index"] >= 0})
-            summary = summary_figures(m=layout.m, n=layout.n, k=layout.k, dtype=config.dtype, ranks=topo.size,
-                                      gpus=gpus, product_seconds=product_seconds, step_seconds=step_seconds,
-                                      host_seconds=host_seconds, check=check, paths=paths)
-            summary["panel"] = engine.panel
-            summary["prefetch"] = engine.prefetch
-            summary["peak_memory_bytes_max"] = max(e["memory"]["peak_bytes"] for e in everyone)
+            figures = gathered_figures(reports, timings.windows, PATHS)
+            topology = figures.topology
+            summary = summary_figures(m=engine.layout.m, n=engine.layout.n, k=engine.layout.k, dtype=config.dtype,
+                                      ranks=topo.size, gpus=figures.gpus, product_seconds=figures.product_seconds,
+                                      step_seconds=figures.step_seconds, host_seconds=figures.host_seconds,
+                                      check=check, paths=figures.paths)
+            summary.update(panel=engine.panel, prefetch=engine.prefetch,
+                           peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports))
             if write:
                 # Guarded: removed even should this process be killed while it writes.
                 tmp = h5io.temporary_path(config.out, guarded=True)
-                cfg = config.as_attributes()
-                cfg.update(m=layout.m, n=layout.n, k=layout.k, grid=str(topo.grid), panel=engine.panel,
-                           panel_auto=engine.panel_auto, prefetch=engine.prefetch, ring=engine.ring,
-                           backend=backend.name, steps=len(engine.plan),
-                           cuda_aware_mpi_decision=awareness.aware, cuda_aware_mpi_reason=awareness.reason,
-                           ranks_per_node=topo.ranks_per_node or 0, nodes=topo.vnode_count)
-                cfg.update(blas_attributes())
-                tl = [e["timeline"] for e in everyone if e["timeline"] is not None]
-                h5io.write_results(tmp, {
-                    "root": {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                             "command": " ".join(argv if argv is not None else sys.argv),
-                             "ranks": topo.size},
-                    "config": cfg,
-                    "versions": vers,
-                    "topology": topo_rows,
-                    "steps": [dict(index=s.index, k0=s.k0, k1=s.k1, a_root=s.a_root, b_root=s.b_root)
-                              for s in engine.plan],
-                    "iteration_seconds": iteration_seconds,
-                    "step_seconds": step_seconds,
-                    "timeline": np.concatenate(tl) if tl else None,
-                    "transfers": rows,
-                    "memory": [e["memory"] for e in everyone],
-                    "summary": summary,
-                    "c_shape": (layout.m, layout.n) if config.save_c else None,
-                    "c_dtype": config.dtype,
-                    "extra": {"timings": (
-                        {"clock": clock.method,
-                         "clock_uncertainty": max(e["clock_uncertainty"] for e in everyone)},
-                        {"product_seconds": product_seconds, "start_seconds": start_seconds,
-                         "host_seconds": host_seconds})},
-                })
-                _fault(config, rank, "write")  # rank 0: the temporary file exists, unpublished
+                h5io.write_results(tmp, _results(engine, config, awareness, reports, figures, summary,
+                                                 timings.clock.method))
         except Exception as exc:  # noqa: BLE001 - every rank learns of it
             error = exc
     tmp = comm.bcast(tmp, root=0)
     try:
         agree(comm, error)
-        if write and config.save_c:
-            err = None
-            try:
-                h5io.write_c_block(comm, tmp, backend.to_host(engine.C), *layout.c_block(rank))
-            except Exception as exc:  # noqa: BLE001
-                err = exc
-            agree(comm, err)
         if write:
-            with collective(comm):
-                if rank == 0:
-                    h5io.publish(tmp, config.out, config.overwrite)
+            _write_c_and_publish(engine, config, tmp)
     finally:
         if rank == 0 and tmp is not None:
             with contextlib.suppress(OSError):
                 h5io.remove_temporary(tmp)  # gone already once published
         h5io.release_guard(tmp)
-    summary = comm.bcast(summary, root=0)
-    topo_rows = comm.bcast(topo_rows, root=0)
-    return RunResult(summary, check, path, topo_rows, awareness.reason)
+    summary, topology = comm.bcast((summary, topology), root=0)
+    return RunResult(summary, check, config.out if write else None, topology, awareness.reason)
+
+
+def _write_c_and_publish(engine: Engine, config: RunConfig, tmp: str) -> None:
+    """Collective: every rank's block of C into the temporary file (``--save-c``), then rank 0 publishes it."""
+    comm, rank = engine.topo.comm, engine.topo.rank
+    if config.save_c:
+        with collective(comm):
+            h5io.write_c_block(comm, tmp, engine.backend.to_host(engine.C), *engine.layout.c_block(rank))
+    with collective(comm):
+        if rank == 0:
+            h5io.publish(tmp, config.out, config.overwrite)

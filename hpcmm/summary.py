@@ -10,11 +10,12 @@ the largest sum over a rank's steps, then the median over the products.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
 
-__all__ = ["print_summary", "product_flops", "summary_figures", "summary_rows"]
+__all__ = ["Gathered", "gathered_figures", "print_summary", "product_flops", "summary_figures", "summary_rows"]
 
 #: An element error (fraction of its row's norm-wise scale) beyond which the summary warns.
 DETECTABLE_GOAL = 0.01
@@ -23,6 +24,51 @@ DETECTABLE_GOAL = 0.01
 def product_flops(m: int, n: int, k: int, dtype: str) -> float:
     """Floating-point operations of one product ``C = A·B``."""
     return (8.0 if str(dtype).startswith("complex") else 2.0) * m * n * k
+
+
+@dataclasses.dataclass
+class Gathered:
+    """Every rank's timings side by side (rank 0, after the products): what the summary and the file take."""
+
+    topology: list[dict]
+    iteration_seconds: np.ndarray  # ranks × iters: each rank's own start to end
+    step_seconds: np.ndarray  # ranks × iters × steps × 3
+    host_seconds: np.ndarray  # ranks × iters × steps
+    product_seconds: np.ndarray  # iters: first rank's start to last rank's end
+    start_seconds: np.ndarray  # ranks × iters: each rank's start after the product's first
+    transfers: list[dict]  # src, dst, path, bytes
+    paths: set[str]  # the transport paths that moved bytes
+    gpus: int  # distinct GPUs of the run
+
+
+def gathered_figures(reports, windows, transport_paths) -> Gathered:
+    """Join the ranks' reports (``hpcmm.run.RankReport``, in rank order) into :class:`Gathered`.
+
+    Parameters
+    ----------
+    reports : list
+        One per rank: ``topology`` (row), ``iteration_seconds``, ``step_seconds``,
+        ``host_seconds``, ``starts`` (shared clock) and ``transfers``.
+    windows : list of (float, float)
+        Each timed product's first start and last end (shared clock).
+    transport_paths : collection of str
+        The path names that count as transports (``ipc``, ``shm``, ``mpi``, ``staged``).
+    """
+    topology = [r.topology for r in reports]
+    firsts = np.array([first for first, _ in windows])
+    transfers = [dict(src=s, dst=d, path=p, bytes=b) for r in reports for (s, d, p, b) in r.transfers]
+    gpus = {(row["host"], row["gpu_uuid"] or row["gpu_index"]) for row in topology if row["gpu_index"] >= 0}
+    return Gathered(
+        topology=topology,
+        iteration_seconds=np.stack([r.iteration_seconds for r in reports]),
+        step_seconds=np.stack([r.step_seconds for r in reports]),
+        host_seconds=np.stack([r.host_seconds for r in reports]),
+        product_seconds=np.array([last - first for first, last in windows]),
+        start_seconds=np.stack([r.starts for r in reports]) - firsts,
+        transfers=transfers,
+        paths={t["path"] for t in transfers if t["path"] in transport_paths},
+        gpus=len(gpus),
+    )
 
 
 def summary_figures(*, m, n, k, dtype, ranks, gpus, product_seconds, step_seconds, host_seconds, check,

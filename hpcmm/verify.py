@@ -53,7 +53,7 @@ from mpi4py import MPI
 from . import dtypes  # noqa: F401 - numpy learns the name "bfloat16"
 from .errors import InputError
 
-__all__ = ["Check", "check_full_size", "detectable", "freivalds", "freivalds_tolerance", "full_check",
+__all__ = ["Check", "Product", "check_full_size", "detectable", "freivalds", "freivalds_tolerance", "full_check",
            "sign_vectors", "tolerance", "FULL_CHECK_LIMIT"]
 
 #: Bytes rank 0 may gather for ``--verify full`` (A, B, C and the reference, in float64).
@@ -87,6 +87,23 @@ class Check:
     def passed(self) -> bool:
         # Written so that NaN fails.
         return bool(self.residual <= self.tolerance)
+
+
+@dataclasses.dataclass(frozen=True)
+class Product:
+    """The product a check looks at: this rank's blocks, and how C was computed.
+
+    ``a``, ``b``, ``c`` are this rank's blocks (where the backend keeps them),
+    ``dtype`` their storage type, ``steps`` the SUMMA steps that added to C,
+    ``tf32`` whether float32 inputs went through TF32 tensor cores.
+    """
+
+    a: object
+    b: object
+    c: object
+    dtype: str
+    steps: int
+    tf32: bool = False
 
 
 def _real(dtype: str) -> str:
@@ -205,13 +222,14 @@ def _reduce(vec: np.ndarray, comm) -> np.ndarray:
     return out
 
 
-def freivalds(topo, layout, backend, a_block, b_block, c_block, seed, dtype, steps, tf32=False) -> Check:
+def freivalds(topo, layout, backend, product: Product, seed: int) -> Check:
     """Distributed Freivalds check; collective over the topology's communicators.
 
     ``residual`` and ``tolerance`` are relative to the rows' norm-wise scales
     (module docstring); ``detectable`` says what one wrong element must be to
     be caught.
     """
+    a_block, b_block, c_block = product.a, product.b, product.c
     rank = topo.rank
     (bk0, bk1), cols = layout.b_block(rank)
     ak0, ak1 = layout.a_k(topo.coords[1])
@@ -242,16 +260,16 @@ def freivalds(topo, layout, backend, a_block, b_block, c_block, seed, dtype, ste
         est = np.sqrt(np.mean(np.abs(abx[:, 1:]) ** 2, axis=1))
         partial = float(np.max(est[live] / sigma[live])) if live.any() else 0.0
         terms = float(np.max(np.sqrt(a_sq[live, 1]) / sigma[live])) if live.any() else 0.0
-        product = float(np.max(np.abs(abx[live, 0]) / sigma[live])) if live.any() else 0.0
+        product_ratio = float(np.max(np.abs(abx[live, 0]) / sigma[live])) if live.any() else 0.0
     local = float(np.max(ratio)) if ratio.size else 0.0
     if not np.isfinite(cx).all() or not np.isfinite(abx).all():
         local = float("nan")
-    gathered = topo.comm.allgather((local, partial, terms, product))
+    gathered = topo.comm.allgather((local, partial, terms, product_ratio))
     residuals = [g[0] for g in gathered]
     residual = float("nan") if any(np.isnan(residuals)) else max(residuals)
-    partial, terms, product = (max(g[i] for g in gathered) for i in (1, 2, 3))
-    tol = freivalds_tolerance(dtype, k, layout.n, steps, tf32, rows=layout.m,
-                              partial=partial, terms=terms, product=product)
+    partial, terms, product_ratio = (max(g[i] for g in gathered) for i in (1, 2, 3))
+    tol = freivalds_tolerance(product.dtype, k, layout.n, product.steps, product.tf32, rows=layout.m,
+                              partial=partial, terms=terms, product=product_ratio)
     return Check("freivalds", residual, tol, detectable(tol, layout.n))
 
 
@@ -271,15 +289,15 @@ def check_full_size(m: int, n: int, k: int, dtype) -> None:
         )
 
 
-def full_check(topo, layout, backend, a_block, b_block, c_block, dtype, steps, tf32=False) -> Check:
+def full_check(topo, layout, backend, product: Product) -> Check:
     """Gather A, B and C on rank 0 and compare C with the float64 product elementwise."""
     m, n, k = layout.m, layout.n, layout.k
-    check_full_size(m, n, k, dtype)
-    wide = _wide(c_block.dtype)
-    mine = tuple(backend.to_host(x).astype(wide) for x in (a_block, b_block, c_block))
+    check_full_size(m, n, k, product.dtype)
+    wide = _wide(product.c.dtype)
+    mine = tuple(backend.to_host(x).astype(wide) for x in (product.a, product.b, product.c))
     gathered = topo.comm.gather(mine, root=0)
     residual = power = None
-    tol = tolerance(dtype, k, steps, tf32)
+    tol = tolerance(product.dtype, k, product.steps, product.tf32)
     if topo.rank == 0:
         A = np.full((m, k), np.nan, dtype=wide)
         B = np.full((k, n), np.nan, dtype=wide)

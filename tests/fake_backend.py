@@ -74,12 +74,16 @@ class FakeBackend(CpuBackend):
 
 
 def install(monkeypatch, engine, fake: FakeBackend, *, a_seconds=0.0, b_seconds=0.0, host_seconds=0.0,
-            blocking=False) -> None:
+            blocking=False, mpi_wait=None) -> None:
     """Make ``engine`` (built and loaded with a real backend) run on ``fake``.
 
     Every fetch of an A panel costs the host ``host_seconds`` first (Python, not
     a transfer); A and B panels then take ``a_seconds`` and ``b_seconds`` on
     the communication stream (``0``: the panel is the rank's own, no transfer).
+    With ``mpi_wait`` (seconds) the transfers are as the channel's MPI relay
+    makes them: the host first waits ``mpi_wait`` for a free relay slot, then
+    moves the bytes itself (it is held until they are there), and the transfer
+    has no ready event, only its start and ``host_bound``.
     """
     monkeypatch.setattr(engine_module, "perf_counter", fake.now)
     engine.backend = fake
@@ -91,7 +95,13 @@ def install(monkeypatch, engine, fake: FakeBackend, *, a_seconds=0.0, b_seconds=
             if not seconds:
                 return own
             fake.wait(fake.comm_stream, slot_free)
-            return Transfer(own.panel, fake.transfer(seconds, blocking), 0, "fake", nbytes)
+            if mpi_wait is None:
+                return Transfer(own.panel, fake.transfer(seconds, blocking), 0, "fake", nbytes)
+            fake.event_synchronize(slot_free)
+            fake.host += mpi_wait
+            started = fake.event(fake.comm_stream)
+            fake.transfer(seconds, blocking=True)
+            return Transfer(own.panel, None, 0, "fake", nbytes, started, host_bound=True)
 
         return fake_fetch
 

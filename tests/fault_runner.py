@@ -14,13 +14,15 @@ WHERE: ``start`` (once MPI has started, before the command line is read),
 ``backend`` (``make_backend``), ``multiply`` (the first product), ``verify``
 (the check), ``write`` (rank 0 writing the results file), ``write-c`` (this
 rank writing its block of ``/result/C``), ``publish`` (rank 0 publishing the
-file), ``reserve`` (the disk reservation of the results file).
+file), ``reserve`` (the disk reservation of the results file).  Only ``write``
+and ``publish`` strike on rank 0 alone; the rest strike on RANK, whichever it is.
 
 HOW: ``raise`` (``RuntimeError``), ``input`` (hpcmm's ``InputError``, raised on
 this rank alone), ``enospc`` (``OSError`` "No space left on
 device"), ``import`` (``ImportError``), ``exit`` (``SystemExit(3)``),
 ``interrupt`` (``KeyboardInterrupt``), ``hang`` (sleep until a signal ends
-the process), ``hang-after`` (``publish`` only: publish, then hang),
+the process), ``hang-after`` (``write`` and ``publish`` only: do it, then
+hang; after ``write`` the temporary file is complete and unpublished),
 ``corrupt`` (``verify`` only: add 100 to this rank's first element of C, then
 check).
 """
@@ -40,13 +42,17 @@ WHERE = ("start", "command", "backend", "multiply", "verify", "write", "write-c"
 HOW = ("raise", "input", "enospc", "import", "exit", "interrupt", "hang", "corrupt", "hang-after")
 
 
+def _fault(text: str) -> tuple[int, str, str]:
+    rank, where, how = text.split(":")
+    if where not in WHERE or how not in HOW:
+        raise SystemExit(f"fault_runner: bad fault {text!r}")
+    return int(rank), where, how
+
+
 def _parse(argv: list[str]) -> tuple[list[tuple[int, str, str]], list[str]]:
     faults = []
     while argv and argv[0] == "--fault":
-        rank, where, how = argv[1].split(":")
-        if where not in WHERE or how not in HOW:
-            raise SystemExit(f"fault_runner: bad --fault {argv[1]!r}")
-        faults.append((int(rank), where, how))
+        faults.append(_fault(argv[1]))
         argv = argv[2:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
@@ -117,10 +123,10 @@ def _hang_after(module, name: str) -> None:
 def _corrupt_then_check(module, name: str) -> None:
     original = getattr(module, name)
 
-    def wrapper(topo, layout, backend, A, B, C, *args, **kwargs):
-        if C.size:
-            C[0, 0] += 100
-        return original(topo, layout, backend, A, B, C, *args, **kwargs)
+    def wrapper(topo, layout, backend, product, *args, **kwargs):
+        if product.c.size:
+            product.c[0, 0] += 100
+        return original(topo, layout, backend, product, *args, **kwargs)
 
     setattr(module, name, wrapper)
 
@@ -136,14 +142,15 @@ def install(faults: list[tuple[int, str, str]]) -> None:
         if where == "start":
             _strike(where, how)
         # Modules by name: the package attribute hpcmm.run is the function run(), not the module.
-        cli, engine, h5io, run = (importlib.import_module(f"hpcmm.{name}") for name in ("cli", "engine", "h5io", "run"))
+        cli, engine, h5io, placement, run = (importlib.import_module(f"hpcmm.{name}")
+                                             for name in ("cli", "engine", "h5io", "placement", "run"))
 
-        if how == "hang-after" and where == "publish":
-            _hang_after(h5io, "publish")
+        if how == "hang-after" and where in ("write", "publish"):
+            _hang_after(h5io, {"write": "write_results", "publish": "publish"}[where])
         elif where == "command":
             _wrap(cli, "_run_main", where, how)
         elif where == "backend":
-            _wrap(run, "make_backend", where, how)
+            _wrap(placement, "make_backend", where, how)
         elif where == "multiply":
             _wrap(engine.Engine, "multiply", where, how)
         elif where == "verify" and how == "corrupt":

@@ -42,7 +42,7 @@ def no_peer_packages(monkeypatch):
 def test_bench_on_cpu(tmp_path, capsys, no_peer_packages):
     out = tmp_path / "b.h5"
     config = RunConfig(device="cpu", out=str(out), warmup=1, iters=3)
-    status = bench.bench_main(_ns(cases="float64:48;complex64:40x24x56"), config, MPI.COMM_SELF, "--cuda-aware-mpi")
+    status = bench.bench_main(_ns(cases="float64:48;complex64:40x24x56"), config, MPI.COMM_SELF)
     assert status == 0
     captured = capsys.readouterr()
     text = captured.out + captured.err
@@ -75,6 +75,22 @@ def test_bench_on_cpu(tmp_path, capsys, no_peer_packages):
                                                         rel=1e-12)
     assert complex_row["reference_tflops"] == pytest.approx(
         8 * 40 * 24 * 56 / complex_row["reference_seconds"] / 1e12, rel=1e-12)
+
+
+def test_report_prints_a_missing_figure_of_a_bench_file_as_a_dash(tmp_path, capsys, no_peer_packages):
+    """A CPU bench file has no efficiency (NaN in the file): report prints —, never nan."""
+    from hpcmm.report import report_main
+
+    out = tmp_path / "b.h5"
+    bench.bench_main(_ns(cases="float64:24", no_peers=True), RunConfig(device="cpu", out=str(out)), MPI.COMM_SELF)
+    with h5py.File(out, "r") as f:
+        assert np.isnan(f["bench"]["efficiency"][0])
+    capsys.readouterr()
+    assert report_main(argparse.Namespace(file=str(out), plot=None, iteration=None)) == 0
+    text = capsys.readouterr().out
+    header, row = text.splitlines()[:2]
+    assert "nan" not in text.lower()
+    assert row.split("  ")[header.split("  ").index("efficiency")] == "—"
 
 
 def test_bench_row_to_the_digit():
@@ -268,7 +284,7 @@ def test_peer_import_failure_says_why():
 
 def test_bench_without_peers_notes_it(tmp_path, capsys):
     status = bench.bench_main(_ns(cases="float32:32", no_peers=True), RunConfig(device="cpu", out=str(tmp_path / "n.h5")),
-                              MPI.COMM_SELF, "--cuda-aware-mpi")
+                              MPI.COMM_SELF)
     assert status == 0
     out = capsys.readouterr().out
     assert "skipped (--no-peers)" in out and "nan" not in out.lower()

@@ -65,7 +65,6 @@ def test_bad_config_names_the_value(kwargs, text):
 def test_defaults_are_valid_and_complete():
     config = RunConfig()
     assert (config.m, config.n, config.k) == (None, None, None)
-    assert config.ring_depth == config.prefetch + 1 == 2
     cpu = config.with_default_size(on_gpu=False)
     gpu = config.with_default_size(on_gpu=True)
     assert (cpu.m, cpu.n, cpu.k) == (DEFAULT_SIZE_CPU,) * 3
@@ -185,7 +184,6 @@ def test_environment_variables(name, text, field, value):
     ("HPCMM_TIMELINE", "2"),
     # auto is no value of a yes/no setting (it used to switch the timeline off).
     ("HPCMM_TIMELINE", "auto"),
-    ("HPCMM_FAULT", "0:nowhere"),
 ])
 def test_environment_bad_value_names_the_variable(name, text):
     with pytest.raises(InputError) as info:
@@ -316,7 +314,7 @@ def test_version_flag(capsys):
 ])
 def test_config_from_precedence(argv, environ, field, expected):
     """Flag over environment over default."""
-    config, _ = cli.config_from(cli.parse(argv), environ)
+    config = cli.config_from(cli.parse(argv), environ)
     assert getattr(config, field) == expected
 
 
@@ -327,8 +325,20 @@ def test_config_from_precedence(argv, environ, field, expected):
     (["--cuda-aware-mpi", "yes"], {}, "--cuda-aware-mpi", "yes"),
 ])
 def test_config_from_reports_where_cuda_awareness_was_set(argv, environ, source, value):
-    config, where = cli.config_from(cli.parse(argv), environ)
-    assert (config.cuda_aware_mpi, where) == (value, source)
+    config = cli.config_from(cli.parse(argv), environ)
+    assert (config.cuda_aware_mpi, config.origin("cuda_aware_mpi")) == (value, source)
+
+
+def test_provenance_is_carried_on_the_config_but_not_written_as_a_setting():
+    config = cli.config_from(cli.parse(["--m", "4"]), {"HPCMM_PANEL": "8", "HPCMM_PREFETCH": "2"},
+                             argv=["--m", "4"])
+    assert (config.origin("panel"), config.origin("prefetch"), config.origin("m")) == (
+        "HPCMM_PANEL", "HPCMM_PREFETCH", "--m")
+    assert config.argv == ("python -m hpcmm", "--m", "4")
+    attributes = config.as_attributes()
+    assert "from_environment" not in attributes and "argv" not in attributes
+    # A flag given after the variable wins, and the message then names the flag.
+    assert cli.config_from(cli.parse(["--panel", "4"]), {"HPCMM_PANEL": "8"}).origin("panel") == "--panel"
 
 
 def test_config_from_rejects_unknown_environment():
@@ -409,12 +419,12 @@ def test_info_lists_only_the_options_info_uses():
 
 def test_run_without_out_gets_a_new_name_and_explicit_out_is_kept(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    config, _ = cli.config_from(cli.parse([]), {})
+    config = cli.config_from(cli.parse([]), {})
     assert re.fullmatch(r"hpcmm-results-\d{8}-\d{6}(-\d+)?\.h5", config.out)
-    config, _ = cli.config_from(cli.parse(["--out", "mine.h5"]), {})
+    config = cli.config_from(cli.parse(["--out", "mine.h5"]), {})
     assert config.out == "mine.h5" and config.overwrite is False
     # Other subcommands keep their own default files.
-    config, _ = cli.config_from(cli.parse(["info"]), {})
+    config = cli.config_from(cli.parse(["info"]), {})
     assert config.out == RunConfig().out
 
 

@@ -152,8 +152,6 @@ def test_readme_variable_values_are_exactly_what_hpcmm_takes():
     for name, _, values in rows:
         name = name.strip("`")
         for value in re.findall(r"`([^`]+)`", values):
-            if name == "HPCMM_FAULT":
-                value = "0:multiply"  # RANK:PHASE[:ACTION]
             settings_from_environment({name: value})
     for name, value in [("HPCMM_TIMELINE", "auto"), ("HPCMM_PREFETCH", str(MAX_PREFETCH + 1))]:
         with pytest.raises(InputError, match=f"^{name}="):

@@ -121,6 +121,11 @@ START = [
           "hpcmm: rank 1: interrupted (KeyboardInterrupt); aborting all ranks", 1),
     Start("an-error-of-one-rank-alone", ("runner", *RUN), ("runner,1:command:input", *RUN), 2,
           "hpcmm: rank 1: error: fault at command (an error of this rank alone); aborting all ranks", 1),
+    # Inside run(), with the engine's channels open: the rank must not tear them down collectively.
+    Start("an-error-of-one-rank-alone-inside-the-run", ("runner", *RUN), ("runner,1:verify:input", *RUN), 2,
+          "hpcmm: rank 1: error: fault at verify (an error of this rank alone); aborting all ranks", 1),
+    Start("an-error-of-one-rank-alone-in-the-products", ("runner,0:multiply:input", *RUN), ("runner", *RUN), 2,
+          "hpcmm: rank 0: error: fault at multiply (an error of this rank alone); aborting all ranks", 0),
 ]
 # The MPMD rows above put the broken module on rank 1; "import-error-rank-0" swaps the parts.
 

@@ -11,7 +11,8 @@ import sys
 
 import h5py
 import pytest
-from launcher import find_mpiexec, quiet_environment, run_launcher
+from launcher import REPO, find_mpiexec, quiet_environment, run_launcher
+from ranklog import runner_argv
 
 from hpcmm import status
 
@@ -84,24 +85,28 @@ def mpiexec():
     return found
 
 
-def hpcmm(mpiexec, tmp_path, args, **env):
+def hpcmm(mpiexec, tmp_path, args, faults=(), **env):
+    """``python -m hpcmm`` at 2 ranks; with ``faults``, through tests/fault_runner.py."""
     environ = quiet_environment()
-    environ.update(HPCMM_DEVICE="cpu", **env)
-    cmd = [mpiexec, "-n", "2", sys.executable, "-m", "hpcmm", *args]
+    environ.update(HPCMM_DEVICE="cpu", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")])),
+                   **env)
+    program = runner_argv(list(faults)) if faults else [sys.executable, "-m", "hpcmm"]
+    cmd = [mpiexec, "-n", "2", *program, *args]
     return run_launcher(cmd, 120, cwd=tmp_path, env=environ)
 
 
-@pytest.mark.parametrize("args, env, code, state, reason", [
-    (SMALL, {}, 0, "finished", r"done"),
-    (["--m", "0"], {}, 2, "finished", r"bad input: argument --m: --m=0: expected an integer >= 1"),
-    (SMALL, {"HPCMM_PREFETCH": "9"}, 2, "finished", r"bad input: HPCMM_PREFETCH=9: expected an integer from 0 to 8"),
-    (SMALL, {"HPCMM_FAULT": "1:corrupt"}, 1, "finished", r"verification failed: freivalds residual .*"),
+@pytest.mark.parametrize("args, env, faults, code, state, reason", [
+    (SMALL, {}, (), 0, "finished", r"done"),
+    (["--m", "0"], {}, (), 2, "finished", r"bad input: argument --m: --m=0: expected an integer >= 1"),
+    (SMALL, {"HPCMM_PREFETCH": "9"}, (), 2, "finished",
+     r"bad input: HPCMM_PREFETCH=9: expected an integer from 0 to 8"),
+    (SMALL, {}, ("1:verify:corrupt",), 1, "finished", r"verification failed: freivalds residual .*"),
     # An unexpected error on one rank aborts every rank: hpcmm did not end by itself.
-    (SMALL, {"HPCMM_FAULT": "1:multiply"}, None, "running", None),
+    (SMALL, {}, ("1:multiply:raise",), None, "running", None),
 ], ids=["ok", "bad-flag", "bad-variable", "verification", "abort"])
-def test_status_file_says_why_the_run_ended(mpiexec, tmp_path, args, env, code, state, reason):
+def test_status_file_says_why_the_run_ended(mpiexec, tmp_path, args, env, faults, code, state, reason):
     path = tmp_path / "job.status"
-    proc = hpcmm(mpiexec, tmp_path, [*args, "--status-file", str(path)], **env)
+    proc = hpcmm(mpiexec, tmp_path, [*args, "--status-file", str(path)], faults, **env)
     fields = read_status(path)
     assert fields["state"] == state, proc.stdout
     assert fields["ranks"] == "2" and fields["command"] == "run"

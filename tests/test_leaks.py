@@ -25,7 +25,9 @@ check) so that the error paths are measured too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import importlib
 import json
 import os
 import shutil
@@ -128,8 +130,8 @@ def _gpu_state() -> dict[str, int]:
     return {"pool_used": int(pool.used_bytes()), "device_free": int(free + pool.free_bytes())}
 
 
-def _settings(i: int, size: int, device: str, tmp: str) -> tuple[dict, bool, str | None]:
-    """The i-th product's settings, whether it writes, and the error it must raise (if any)."""
+def _settings(i: int, size: int, device: str, tmp: str) -> tuple[dict, bool, bool, str | None]:
+    """The i-th product's settings, whether it writes, whether C is corrupted, the error it must raise."""
     from hpcmm.config import RunConfig
 
     base = dict(m=37, n=29, k=23, device=device, iters=1, warmup=0, quiet=True, seed=i)
@@ -147,6 +149,7 @@ def _settings(i: int, size: int, device: str, tmp: str) -> tuple[dict, bool, str
     ]
     settings = {**base, **variants[i % len(variants)]}
     write = i % 20 == 7
+    corrupt = False
     expect = None
     if write:
         settings.update(out=os.path.join(tmp, "leak.h5"), overwrite=True, save_c=True)
@@ -154,9 +157,31 @@ def _settings(i: int, size: int, device: str, tmp: str) -> tuple[dict, bool, str
         settings.update(panel=settings["k"] + 1)  # refused before any work
         expect = "InputError"
     elif i % 25 == 11:
-        settings.update(fault="0:corrupt", verify="full")  # C is wrong: the check fails
+        settings.update(verify="full")
+        corrupt = True  # C is wrong: the check fails
         expect = "VerificationError"
-    return RunConfig(**settings), write, expect
+    return RunConfig(**settings), write, corrupt, expect
+
+
+@contextlib.contextmanager
+def _corrupted(corrupt: bool):
+    """Add 100 to rank 0's C[0, 0] just before the check (as tests/fault_runner.py's ``verify:corrupt``)."""
+    if not corrupt:
+        yield
+        return
+    run_module = importlib.import_module("hpcmm.run")  # hpcmm.run is the function; the module by name
+    original = run_module.full_check
+
+    def corrupting(topo, layout, backend, product):
+        if topo.rank == 0 and product.c.size:
+            product.c[0, 0] += 100
+        return original(topo, layout, backend, product)
+
+    run_module.full_check = corrupting
+    try:
+        yield
+    finally:
+        run_module.full_check = original
 
 
 def measure(device: str = "cpu", products: int = PRODUCTS, comm=None) -> dict:
@@ -174,9 +199,10 @@ def measure(device: str = "cpu", products: int = PRODUCTS, comm=None) -> dict:
     outcomes: dict[str, int] = {}
 
     def product(i: int) -> None:
-        config, write, expect = _settings(i, size, device, tmp)
+        config, write, corrupt, expect = _settings(i, size, device, tmp)
         try:
-            hpcmm.run(config, comm=comm, write=write)
+            with _corrupted(corrupt):
+                hpcmm.run(config, comm=comm, write=write)
             got = None
         except hpcmm.HpcmmError as exc:
             got = type(exc).__name__

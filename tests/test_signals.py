@@ -6,8 +6,8 @@
   MPI;
 * whatever ends the job, no file appears under the final name unless it is
   complete, and no ``.partial`` file is left: not while the ranks multiply,
-  and not while rank 0 writes its temporary file (held there by the fault hook
-  ``HPCMM_FAULT=0:write:hang``), even when rank 0 itself is killed;
+  and not while rank 0 writes its temporary file (held there by
+  ``tests/fault_runner.py --fault 0:write:hang-after``), even when rank 0 itself is killed;
 * an interrupted ``--overwrite`` run leaves the previous file byte for byte.
 
 The ranks are found as the launcher's descendants whose environment names
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from launcher import mpiexec_or_skip, quiet_environment
+from ranklog import RUNNER, runner_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 #: How long a job may take to end once a rank is gone or a signal is sent.
@@ -70,7 +71,7 @@ def _rank_of(pid: int) -> int | None:
             cmdline = f.read().split(b"\0")
     except OSError:
         return None
-    if b"hpcmm" not in cmdline:
+    if b"hpcmm" not in cmdline and RUNNER.encode() not in cmdline:
         return None
     for entry in environ:
         for key in (b"PMI_RANK=", b"OMPI_COMM_WORLD_RANK="):
@@ -82,14 +83,16 @@ def _rank_of(pid: int) -> int | None:
 class Job:
     """One ``mpiexec -n N python -m hpcmm ...`` with its output in files."""
 
-    def __init__(self, tmp: Path, ranks: int, args: list[str], device: str = "cpu", **env: str) -> None:
+    def __init__(self, tmp: Path, ranks: int, args: list[str], device: str = "cpu", fault: str | None = None
+                 ) -> None:
         self.tmp, self.ranks = tmp, ranks
         self.out = tmp / "out.h5"
         self.log = tmp / "stderr.txt"
-        cmd = [mpiexec_or_skip(), "-n", str(ranks), sys.executable, "-m", "hpcmm", "--device", device,
-               "--out", str(self.out), *args]
+        # A fault (tests/fault_runner.py) holds a rank where the test strikes.
+        program = runner_argv([fault]) if fault else [sys.executable, "-m", "hpcmm"]
+        cmd = [mpiexec_or_skip(), "-n", str(ranks), *program, "--device", device, "--out", str(self.out), *args]
         with open(self.log, "wb") as err, open(tmp / "stdout.txt", "wb") as out:
-            self.proc = subprocess.Popen(cmd, env=_env(**env), stdin=subprocess.DEVNULL, stdout=out,
+            self.proc = subprocess.Popen(cmd, env=_env(), stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=err, cwd=tmp)
         self.started = time.monotonic()
 
@@ -169,8 +172,8 @@ class Job:
 def job(tmp_path):
     jobs = []
 
-    def start(ranks: int, args: list[str], device: str = "cpu", **env: str) -> Job:
-        j = Job(tmp_path, ranks, args, device, **env)
+    def start(ranks: int, args: list[str], device: str = "cpu", fault: str | None = None) -> Job:
+        j = Job(tmp_path, ranks, args, device, fault)
         jobs.append(j)
         return j
 
@@ -210,19 +213,19 @@ def test_signal_during_the_loop_ends_the_job_cleanly(job, target, sig):
 
 @pytest.mark.parametrize("target", ["mpiexec", "rank 0", "rank 1"])
 def test_sigterm_while_rank_0_writes_removes_the_temporary_file(job, target):
-    """Rank 0 holds its temporary file open (fault hook); the other rank waits inside MPI.
+    """Rank 0 holds its complete temporary file (a fault); the other rank waits inside MPI.
 
     With ``rank 1`` the launcher then kills rank 0 with SIGKILL: no handler runs
     there, and the file's guard process removes it.
     """
-    j = job(2, SHORT, HPCMM_FAULT="0:write:hang")
+    j = job(2, SHORT, fault="0:write:hang-after")
     j.wait_for_partial()
     os.kill(j.pid_of(target), signal.SIGTERM)
     j.assert_ended_cleanly()
 
 
 def test_sigkill_of_the_writer_leaves_no_temporary_file(job):
-    j = job(2, SHORT, HPCMM_FAULT="0:write:hang")
+    j = job(2, SHORT, fault="0:write:hang-after")
     j.wait_for_partial()
     os.kill(j.rank_pids()[0], signal.SIGKILL)
     rc, _ = j.ends()
@@ -232,13 +235,13 @@ def test_sigkill_of_the_writer_leaves_no_temporary_file(job):
 
 
 def test_sigterm_reaches_a_rank_waiting_inside_mpi(job):
-    """Rank 1 hangs before the check (fault hook); rank 0 waits for it inside the check's reductions.
+    """Rank 1 hangs before the check (a fault); rank 0 waits for it inside the check's reductions.
 
     A Python signal handler runs only between bytecodes, which rank 0, inside
     MPI, never reaches; hpcmm's watcher thread acts on the signal all the same.
     """
     j = job(2, ["--m", "60", "--n", "50", "--k", "40", "--iters", "2", "--warmup", "0"],
-            HPCMM_FAULT="1:verify:hang")
+            fault="1:verify:hang")
     j.wait_for("last product", lambda: "iteration 2/2" in j.stderr())  # rank 0 went on to the check
     time.sleep(0.5)
     os.kill(j.rank_pids()[0], signal.SIGTERM)
@@ -261,7 +264,7 @@ def test_interrupted_overwrite_keeps_the_previous_file(job, tmp_path, when):
         j = job(2, [*LOOP, "--overwrite"])
         j.wait_for_loop()
     else:
-        j = job(2, [*SHORT, "--overwrite"], HPCMM_FAULT="0:write:hang")
+        j = job(2, [*SHORT, "--overwrite"], fault="0:write:hang-after")
         j.wait_for_partial()
     os.kill(j.proc.pid, signal.SIGTERM)
     rc, _ = j.ends()
@@ -297,7 +300,7 @@ def test_sigterm_during_the_gpu_loop_ends_the_job_cleanly(job, target):
 def test_gpu_run_killed_while_rank_0_writes_leaves_no_temporary_file(job, how):
     if _gpus() < 1:
         pytest.skip("needs a CUDA GPU and cupy")
-    j = job(2, [*SHORT, "--ranks-per-node", "1"], "gpu", HPCMM_FAULT="0:write:hang")
+    j = job(2, [*SHORT, "--ranks-per-node", "1"], "gpu", fault="0:write:hang-after")
     j.wait_for_partial()
     if how == "SIGTERM to rank 1":
         os.kill(j.rank_pids()[1], signal.SIGTERM)

@@ -37,7 +37,7 @@ def engine():
     topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
     eng = None
     try:
-        eng = Engine(topo, CpuBackend(), Layout(M, N, K, Grid(1, 1)), "float64", 2, 1, False)
+        eng = Engine(topo, CpuBackend(), Layout(M, N, K, Grid(1, 1)), RunConfig(panel=2, prefetch=1), False)
         a = generate_block(1, "A", (M, K), (0, M), (0, K), np.float64)
         b = generate_block(1, "B", (K, N), (0, K), (0, N), np.float64)
         eng.load(a, b)
@@ -100,6 +100,42 @@ def test_blocking_transfers_without_prefetch(engine, monkeypatch):
     np.testing.assert_array_equal(t.steps[:, 2], [0.5] * 4)
     np.testing.assert_array_equal(t.host, [0.0] * 4)
     np.testing.assert_allclose(engine.C, engine.reference, rtol=1e-13)
+
+
+def test_mpi_transfers_are_waiting_for_data_not_host_overhead(engine, monkeypatch):
+    """prefetch 1, B panels through MPI (the host moves them: no ready event), 2 s each, GEMM 1 s.
+
+    B 0 arrives at 2, GEMM 0 runs 2–3; B 1 is fetched right after GEMM 0 is
+    queued, holding the host until 4, so GEMM 1 runs 4–5; and so on: GEMMs at
+    2, 4, 6, 8, window 9 s.  Each gap (2, 1, 1, 1) is spent waiting for data.
+    """
+    fake = FakeBackend(lambda width: 1.0)
+    install(monkeypatch, engine, fake, b_seconds=2.0, mpi_wait=0.0)
+    t = engine.multiply()
+    assert t.seconds == 9.0
+    np.testing.assert_array_equal(t.steps[:, 1], [2.0] * 4)
+    np.testing.assert_array_equal(t.steps[:, 2], [2.0, 1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(t.host, [0.0] * 4)
+    np.testing.assert_allclose(engine.C, engine.reference, rtol=1e-13)
+
+
+def test_mpi_transfer_time_leaves_out_the_wait_for_a_relay_slot(engine, monkeypatch):
+    """prefetch 0, B through MPI 0.5 s after a 0.25 s host wait for the relay slot, GEMM 1 s.
+
+    Step s: the wait 1.75 s·s … +0.25, the transfer to +0.75, the GEMM to +1.75.
+    The transfer takes 0.5 s (its bar starts after the wait); the whole gap
+    before each GEMM (0.75 s) is waiting for data, none of it host overhead.
+    """
+    _prefetch(engine, 0)
+    fake = FakeBackend(lambda width: 1.0)
+    install(monkeypatch, engine, fake, b_seconds=0.5, mpi_wait=0.25)
+    t = engine.multiply()
+    assert t.seconds == 7.0
+    np.testing.assert_array_equal(t.steps[:, 1], [0.5] * 4)
+    np.testing.assert_array_equal(t.steps[:, 2], [0.75] * 4)
+    np.testing.assert_array_equal(t.host, [0.0] * 4)
+    b_bars = t.timeline[t.timeline[:, 1] == 2]
+    np.testing.assert_array_equal(b_bars[:, 3:5], [[0.25, 0.75], [2.0, 2.5], [3.75, 4.25], [5.5, 6.0]])
 
 
 def test_gemm_time_follows_the_width(engine, monkeypatch):
@@ -167,8 +203,8 @@ def _known_times(monkeypatch, seconds, wait, host):
     """Every product of the engine takes ``seconds.pop(0)``, with known waits and host gaps."""
     original = Engine.multiply
 
-    def multiply(self, record=True):
-        t = original(self, record)
+    def multiply(self):
+        t = original(self)
         t.seconds = seconds.pop(0)
         t.start = time.perf_counter()
         t.steps[:, 2] = wait

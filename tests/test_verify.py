@@ -15,7 +15,7 @@ from hpcmm.errors import InputError, VerificationError
 from hpcmm.inputs import generate_block
 from hpcmm.layout import Grid, Layout
 from hpcmm.topology import Topology
-from hpcmm.verify import freivalds, freivalds_tolerance, full_check, tolerance
+from hpcmm.verify import Product, freivalds, freivalds_tolerance, full_check, tolerance
 
 DTYPES = ["float64", "float32", "float16", "bfloat16", "complex128", "complex64"]
 
@@ -68,8 +68,8 @@ def product(m, n, k, dtype, seed=3):
 
 
 CHECKS = {
-    "freivalds": lambda topo, be, layout, a, b, c, dtype: freivalds(topo, layout, be, a, b, c, 3, dtype, 4),
-    "full": lambda topo, be, layout, a, b, c, dtype: full_check(topo, layout, be, a, b, c, dtype, 4),
+    "freivalds": lambda topo, be, layout, a, b, c, dtype: freivalds(topo, layout, be, Product(a, b, c, dtype, 4), 3),
+    "full": lambda topo, be, layout, a, b, c, dtype: full_check(topo, layout, be, Product(a, b, c, dtype, 4)),
 }
 
 
@@ -142,7 +142,7 @@ def test_full_check_refuses_large_problems(one_rank):
     topo, be = one_rank
     empty = np.zeros((0, 0))
     with pytest.raises(InputError, match="--verify=full needs .* use --verify=freivalds"):
-        full_check(topo, Layout(30000, 30000, 30000, Grid(1, 1)), be, empty, empty, empty, "float64", 1)
+        full_check(topo, Layout(30000, 30000, 30000, Grid(1, 1)), be, Product(empty, empty, empty, "float64", 1))
 
 
 # -- through the library: hpcmm.run with an engine that gets C wrong ---------------
@@ -152,8 +152,8 @@ def _corrupting(monkeypatch, damage):
     """Make every product of :class:`Engine` end with ``damage(C)``."""
     original = Engine.multiply
 
-    def multiply(self, record=True):
-        times = original(self, record)
+    def multiply(self):
+        times = original(self)
         damage(self.C)
         return times
 

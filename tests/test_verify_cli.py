@@ -1,16 +1,15 @@
 """The check on the command line, end to end: a wrong low-precision product fails the run.
 
-``HPCMM_FAULT=0:corrupt`` adds 100 to C[0, 0] after the products (the test-only
-hook of docs/reliability.md), from outside the product itself.
+``tests/fault_runner.py --fault R:verify:corrupt`` adds 100 to rank R's C[0, 0]
+after the products, just before the check, from outside the product itself.
 """
 
 from __future__ import annotations
 
-import sys
-
 import h5py
 import pytest
 from launcher import REPO, find_mpiexec, quiet_environment, run_launcher
+from ranklog import runner_argv
 
 
 @pytest.fixture(scope="module")
@@ -21,19 +20,19 @@ def mpiexec() -> str:
     return found
 
 
-def hpcmm(mpiexec, *args, **env):
+def corrupted(mpiexec, ranks: int, rank: int, *args):
+    """hpcmm at ``ranks`` ranks on the CPU, with 100 added to rank ``rank``'s C[0, 0] before the check."""
     environ = quiet_environment()
     environ.update(HPCMM_DEVICE="cpu", PYTHONPATH=":".join(filter(None, [str(REPO), environ.get("PYTHONPATH")])))
-    environ.update(env)
-    return run_launcher([mpiexec, "-n", "1", sys.executable, "-m", "hpcmm", *args], 300, env=environ)
+    return run_launcher([mpiexec, "-n", str(ranks), *runner_argv([f"{rank}:verify:corrupt"]), *args], 300,
+                        env=environ)
 
 
 @pytest.mark.timeout(400)
 def test_default_float16_with_one_wrong_element_fails(mpiexec, tmp_path):
     """The default problem (1024³ on CPUs) in float16, C[0, 0] + 100: FAILED, exit 1, verified=False."""
     out = tmp_path / "f16.h5"
-    proc = hpcmm(mpiexec, "--dtype", "float16", "--warmup", "0", "--iters", "1", "--out", str(out),
-                 HPCMM_FAULT="0:corrupt")
+    proc = corrupted(mpiexec, 1, 0, "--dtype", "float16", "--warmup", "0", "--iters", "1", "--out", str(out))
     assert proc.returncode == 1, proc.stdout
     assert "FAILED" in proc.stdout and "verification failed: freivalds residual" in proc.stdout
     with h5py.File(out, "r") as f:
@@ -46,10 +45,8 @@ def test_default_float16_with_one_wrong_element_fails(mpiexec, tmp_path):
 @pytest.mark.parametrize("dtype", ["float32", "complex64"])
 def test_one_wrong_element_fails_at_two_ranks(mpiexec, tmp_path, dtype):
     out = tmp_path / "x.h5"
-    environ = dict(HPCMM_FAULT="1:corrupt")
-    proc = run_launcher([mpiexec, "-n", "2", sys.executable, "-m", "hpcmm", "--dtype", dtype, "--m", "97",
-                         "--n", "61", "--k", "3001", "--warmup", "0", "--iters", "1", "--quiet", "--out", str(out)],
-                        300, env=dict(quiet_environment(), HPCMM_DEVICE="cpu", PYTHONPATH=str(REPO), **environ))
+    proc = corrupted(mpiexec, 2, 1, "--dtype", dtype, "--m", "97", "--n", "61", "--k", "3001", "--warmup", "0",
+                     "--iters", "1", "--quiet", "--out", str(out))
     assert proc.returncode == 1, proc.stdout
     with h5py.File(out, "r") as f:
         assert not bool(f["summary"].attrs["verified"])

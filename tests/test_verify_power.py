@@ -23,7 +23,7 @@ from hpcmm.config import RunConfig
 from hpcmm.layout import Grid, Layout
 from hpcmm.summary import summary_rows
 from hpcmm.topology import Topology
-from hpcmm.verify import confidence, detectable, freivalds, freivalds_tolerance, tolerance
+from hpcmm.verify import Product, confidence, detectable, freivalds, freivalds_tolerance, tolerance
 
 M = N = 16
 
@@ -39,8 +39,8 @@ def one_rank():
 
 def check(topo, backend, a, b, c, kind, nsteps, seed=11):
     m, k = a.shape
-    return freivalds(topo, Layout(m, b.shape[1], k, Grid(1, 1)), backend, a, b, c, seed, run_dtype(kind),
-                     nsteps, kind == "tf32")
+    return freivalds(topo, Layout(m, b.shape[1], k, Grid(1, 1)), backend,
+                     Product(a, b, c, run_dtype(kind), nsteps, kind == "tf32"), seed)
 
 
 def gpu_panel(kind: str) -> int:

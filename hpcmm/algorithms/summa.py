@@ -19,7 +19,7 @@ import dataclasses
 
 from ..layout import Layout
 
-__all__ = ["Step", "auto_panel", "summa_plan"]
+__all__ = ["Step", "auto_panel", "ring_depth", "summa_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,3 +115,20 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool) -> int:
     # Split the block into equal pieces no wider than the target.
     pieces = -(-smallest_block // target)
     return -(-smallest_block // pieces)
+
+
+def ring_depth(prefetch: int, spans_nodes: bool) -> int:
+    """Panel buffers per operand: the one the GEMM reads plus ``prefetch`` in flight.
+
+    A channel that spans nodes keeps at least two: its leader receives the
+    next panel into one relay slot while its node peers may still copy the
+    previous one out of the other (:mod:`hpcmm.transport.channel`), even with
+    ``prefetch = 0``.
+
+    Examples
+    --------
+    >>> ring_depth(0, spans_nodes=False), ring_depth(0, spans_nodes=True), ring_depth(3, spans_nodes=True)
+    (1, 2, 4)
+    """
+    ring = prefetch + 1
+    return max(ring, 2) if spans_nodes else ring

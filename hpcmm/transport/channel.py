@@ -36,6 +36,7 @@ import dataclasses
 
 from mpi4py import MPI
 
+from ..algorithms import ring_depth
 from .ipc import IpcPeerMemory, PeerMemory, ShmPeerMemory
 from .mpi import DirectBroadcast, StagedBroadcast
 
@@ -51,13 +52,22 @@ def select_paths(backend, cuda_aware: bool):
 
 @dataclasses.dataclass(frozen=True)
 class Transfer:
-    """What one fetch did: the panel, its ready event, and the bytes by path."""
+    """What one fetch did: the panel, its ready event, and the bytes by path.
+
+    ``started`` is the event at which the bytes began to move, after any wait
+    for a free slot (``None``: when the fetch was called).  ``host_bound`` says
+    that the host moved bytes itself, through MPI: the fetch returned only once
+    they had moved, so its end is when the panel was there (``ready`` may be
+    ``None`` then: nothing to wait for on a stream).
+    """
 
     panel: object
     ready: object
     source: int  # world rank the bytes came from (self for the root)
     path: str  # "self", "ipc", "shm", "mpi" or "staged"
     nbytes: int
+    started: object = None
+    host_bound: bool = False
 
 
 class PanelChannel:
@@ -86,21 +96,21 @@ class PanelChannel:
     backend : Backend
     block_nbytes, slot_nbytes : int
         Size of this rank's block and of one ring slot.
-    ring : int
-        Ring slots (panels in flight plus the one in use).
+    prefetch : int
+        Panels in flight ahead of the one in use; the ring's depth follows
+        (:func:`~hpcmm.algorithms.ring_depth`).
     cuda_aware : bool
         Whether device buffers may go to MPI.
     """
 
-    def __init__(self, comm, world_ranks, vnodes, backend, block_nbytes, slot_nbytes, ring, cuda_aware):
+    def __init__(self, comm, world_ranks, vnodes, backend, block_nbytes, slot_nbytes, prefetch, cuda_aware):
         self.comm = comm
         self.backend = backend
         self.me = comm.Get_rank()
         self.world_ranks = list(world_ranks)
         self.vnodes = list(vnodes)
         self.multi_node = len(set(vnodes)) > 1
-        # Between two writes of a relay slot its peers must have passed a barrier.
-        self.ring = max(ring, 2) if self.multi_node else ring
+        self.ring = ring_depth(prefetch, spans_nodes=self.multi_node)
         myv = vnodes[self.me]
         self.node_members = [r for r, v in enumerate(vnodes) if v == myv]
         self.leader = {v: min(r for r, w in enumerate(vnodes) if w == v) for v in set(vnodes)}
@@ -187,7 +197,7 @@ class PanelChannel:
             self.bcast.send(self.leaders[root], panel)
         if self.sync_node:
             self.intra.Barrier()
-        return Transfer(panel, None, self.world_ranks[root], "self", 0)
+        return Transfer(panel, None, self.world_ranks[root], "self", 0, host_bound=self.multi_node)
 
     def _pull_from_root(self, root: int, offset: int, nbytes: int, slot: int, slot_free) -> Transfer:
         """The root is on my node: copy the panel out of its block."""
@@ -211,13 +221,15 @@ class PanelChannel:
             for peer in range(self.intra.Get_size()):
                 if peer != self.intra.Get_rank():
                     self.peers.sync_peer_event(peer, slot)
+        # The transfer starts here: the host's wait for the slot above is no part of it.
+        started = be.event(stream)
         ready = self.bcast.receive(self.leaders[root], dst)
         if self.sync_node:
             if ready is None:
                 ready = be.event(stream)
             self.peers.record(slot, stream)
             self.intra.Barrier()
-        return Transfer(dst, ready, self.world_ranks[root], self.bcast.path, nbytes)
+        return Transfer(dst, ready, self.world_ranks[root], self.bcast.path, nbytes, started, host_bound=True)
 
     def _pull_from_leader(self, root: int, offset: int, nbytes: int, slot: int, slot_free) -> Transfer:
         """The root is on another node: copy the panel out of my leader's slot once it is there."""

@@ -190,7 +190,3 @@ class IpcPeerMemory(PeerMemory):
         self.memory = None
         self.events = []
 
-
-def open_handles(peer_memory: PeerMemory) -> int:
-    """How many peer mappings ``peer_memory`` holds open (for leak checks)."""
-    return sum(1 for p in getattr(peer_memory, "peer_ptrs", ()) if p is not None)

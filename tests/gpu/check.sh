@@ -97,8 +97,8 @@ run_mode() {
       check system n2-rpn1-auto-stages 0 staged -- mpiexec -n 2 python3 -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 1 --cuda-aware-mpi auto --quiet
       # reliability on the GPU: a problem that cannot fit is refused before allocation (exit 2)
       check system refuse-too-big 2 - -- mpiexec -n 2 python3 -m hpcmm --m 300000 --n 300000 --k 300000 --quiet
-      # a wrong low-precision product must fail (C[0,0] + 100 from the test hook): exit 1
-      HPCMM_FAULT=0:corrupt check system f16-wrong-c-fails 1 - -- mpiexec -n 2 python3 -m hpcmm --dtype float16 --quiet
+      # a wrong low-precision product must fail (C[0,0] + 100 put in from outside by tests/fault_runner.py): exit 1
+      check system f16-wrong-c-fails 1 - -- mpiexec -n 2 python3 tests/fault_runner.py --fault 0:verify:corrupt -- --dtype float16 --quiet
       check system f16-right 0 ipc -- mpiexec -n 2 python3 -m hpcmm --dtype float16 --m 16384 --n 16384 --k 16384 --quiet
       check system tf32-right 0 ipc -- mpiexec -n 2 python3 -m hpcmm --dtype float32 --tf32 --m 16384 --n 16384 --k 16384 --quiet
       grep -a "does not fit" "$log" | tail -1 | sed 's/^/    /' >> "$table"

@@ -107,11 +107,12 @@ def test_product_over_weighted_blocks(shape, ranks_per_node, dims, panel, prefet
         topo = Topology.create(comm, RunConfig(grid=(fit.grid.rows, fit.grid.cols), ranks_per_node=ranks_per_node))
         layout = Layout(m, n, k, topo.grid, weights=fit.weights)
         everywhere(predicted_imbalance(layout) == fit.imbalance, "layout and fit disagree")
-        engine = Engine(topo, backend, layout, "float64", panel, prefetch, cuda_aware=False, timeline=False)
+        engine = Engine(topo, backend, layout, RunConfig(panel=panel, prefetch=prefetch, timeline=False),
+                        cuda_aware=False)
         me = topo.rank
         (ar, ac), (br, bc) = layout.a_block(me), layout.b_block(me)
         engine.load(generate_block(5, "A", (m, k), ar, ac, "float64"), generate_block(5, "B", (k, n), br, bc, "float64"))
-        engine.multiply(record=False)
+        engine.multiply()
         pieces = topo.comm.gather((layout.c_block(me), backend.to_host(engine.C)), root=0)
         steps = len(engine.plan)
     finally:

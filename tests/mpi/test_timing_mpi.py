@@ -29,8 +29,8 @@ RANK, P = COMM.Get_rank(), COMM.Get_size()
 def test_window_from_first_start_to_last_end(tmp_path_factory, monkeypatch):
     original = Engine.multiply
 
-    def multiply(self, record=True):
-        t = original(self, record)
+    def multiply(self):
+        t = original(self)
         t.start = time.perf_counter() + 0.5 * RANK
         t.seconds = 1.0 + 0.25 * RANK
         return t

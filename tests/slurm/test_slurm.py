@@ -111,6 +111,9 @@ class JobSpec:
     folder
         Where to submit from: ``work`` has a ``.venv`` (a link to this
         Python's environment), ``bare`` has none.
+    fault
+        ``RANK:WHERE:HOW`` of tests/fault_runner.py: the job's Python then runs
+        ``-m hpcmm`` through that runner, with this fault put in from outside.
     """
 
     label: str
@@ -123,6 +126,7 @@ class JobSpec:
     h5_files: int = 1
     python: bool = True
     folder: str = "work"
+    fault: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -190,11 +194,11 @@ PLAN = (
             dict(SMALL, HPCMM_M="97"), exit_code=2,
             result=r"bad input: HPCMM_M='97': unknown setting \(known: .*\)"),
     JobSpec("cpu-smoke-verification-failed", "cpu-smoke.sbatch", ("--ntasks=2",),
-            dict(SMALL, HPCMM_FAULT="1:corrupt"), exit_code=1,
+            SMALL, exit_code=1, fault="1:verify:corrupt",
             result=r"verification failed: full residual .* > tolerance .*"),
     # A rank that fails alone aborts the job: hpcmm does not end by itself.
     JobSpec("cpu-smoke-rank-fails", "cpu-smoke.sbatch", ("--ntasks=2",),
-            dict(SMALL, HPCMM_FAULT="1:multiply"), exit_code=5,
+            SMALL, exit_code=5, fault="1:multiply:raise",
             result=r"unfinished: hpcmm started on 2 ranks but did not end by itself .*"),
 )
 
@@ -583,7 +587,20 @@ class Cluster:
                                           if p != bin_dir)
             env.pop("VIRTUAL_ENV", None)
         env.update(spec.env)
+        if spec.fault:
+            env["JOB_PYTHON"] = str(self.fault_python(spec.fault))
         return env
+
+    def fault_python(self, fault: str) -> Path:
+        """A "Python" for the job script that runs ``-m hpcmm`` through tests/fault_runner.py with ``fault``."""
+        path = self.root / f"python-fault-{fault.replace(':', '-')}"
+        python, runner = shlex.quote(sys.executable), shlex.quote(str(REPO / "tests" / "fault_runner.py"))
+        path.write_text("#!/bin/sh\n"
+                        f'if [ "$1" = -m ] && [ "$2" = hpcmm ]; then shift 2; '
+                        f'exec {python} {runner} --fault {shlex.quote(fault)} -- "$@"; fi\n'
+                        f'exec {python} "$@"\n')
+        path.chmod(0o755)
+        return path
 
     def submit(self, spec: JobSpec) -> str:
         """Submit ``spec`` from its folder and return the job id."""
