@@ -159,7 +159,7 @@ def test_reference_picks_the_fastest_and_names_it(tmp_path, no_peer_packages):
 
     out = tmp_path / "fake.h5"
     status = bench.bench_main(_ns(cases="float64:40x24x32", reference_timer=timer),
-                              RunConfig(device="cpu", out=str(out)), MPI.COMM_SELF, "--cuda-aware-mpi")
+                              RunConfig(device="cpu", out=str(out)), MPI.COMM_SELF)
     assert status == 0
     with h5py.File(out, "r") as f:
         row = f["bench"][0]
