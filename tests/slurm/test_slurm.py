@@ -150,6 +150,10 @@ class JobSpec:
         that does or for ``cpu-smoke.sbatch`` (no GPU, no MPS).
     fake_mps
         Whether the stand-in ``nvidia-cuda-mps-control`` is on the job's PATH.
+    cancel_when
+        Regular expression: once the job's log has a line that matches it,
+        the test cancels the job (``scancel --full``: SIGTERM to the batch
+        script and the step, as a time limit sends).
     """
 
     label: str
@@ -165,10 +169,18 @@ class JobSpec:
     mps: int = 0
     mps_line: str | None = ""
     fake_mps: bool = True
+    cancel_when: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+    @property
+    def state(self) -> str:
+        """The job's final state."""
+        if self.cancel_when:
+            return "CANCELLED"
+        return "COMPLETED" if self.ok else "FAILED"
 
     @property
     def mps_note(self) -> str | None:
@@ -220,6 +232,12 @@ PLAN = (
     JobSpec("single-node-mps-off", "single-node.sbatch",
             ("--ntasks-per-node=3", "--gpus-per-node=2"), dict(SMALL, JOB_MPS="off"),
             mps_line=r"MPS: not started: JOB_MPS=off \(3 rank\(s\) per node on 2 GPU\(s\)\)"),
+    # A rank that hangs, and the job is cancelled (SIGTERM, as at a time limit): the
+    # daemon is stopped and the last line says why the job ended.
+    JobSpec("single-node-mps-cancelled", "single-node.sbatch",
+            ("--ntasks-per-node=3", "--gpus-per-node=2"), dict(SMALL, HPCMM_FAULT="0:multiply:hang"),
+            mps=1, exit_code=5, cancel_when=r"^MPS: \S+: control daemon started in ",
+            result=r"unfinished: the job got SIGTERM \(its time limit, or scancel\)"),
     JobSpec("single-node-bad-mps-setting", "single-node.sbatch",
             ("--ntasks-per-node=3", "--gpus-per-node=2"), dict(SMALL, JOB_MPS="yes"), exit_code=3,
             result=r"environment: JOB_MPS=yes: expected auto, on or off", mps_line=None),
@@ -712,6 +730,23 @@ class Cluster:
                                    f"{outputs}\n{self.logs()}")
             time.sleep(1)
 
+    def cancel_when(self, job_id: str, pattern: str, timeout: float) -> None:
+        """``scancel --full`` the job once its log has a line matching ``pattern``.
+
+        Raises
+        ------
+        RuntimeError
+            When the job ends first, or after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, self.output(job_id), re.M):
+            if self.job(job_id).get("JobState") in FINAL_STATES or time.monotonic() > deadline:
+                raise RuntimeError(f"job {job_id} never printed {pattern!r}:\n{self.output(job_id)}")
+            time.sleep(0.5)
+        # --full: SIGTERM to the batch script as well, as a time limit sends it
+        # (a plain scancel leaves the script to SIGKILL).
+        run([find_program("scancel"), "--full", job_id], timeout=20, env=self.env)
+
     def output(self, job_id: str) -> str:
         """The job's ``slurm-<id>.out``."""
         path = self.root / f"slurm-{job_id}.out"
@@ -739,7 +774,7 @@ class Finished:
     def line(self) -> str:
         """``SLURM job <id> <script> <state> ExitCode=<code> [verdict] result: ... (<label>: <line>)``."""
         state = self.info.get("JobState")
-        expected = "COMPLETED" if self.spec.ok else "FAILED"
+        expected = self.spec.state
         code = f"{self.spec.exit_code}:0"
         good = (state == expected and self.info.get("ExitCode") == code
                 and re.fullmatch(self.spec.result, self.result or "") is not None)
@@ -776,6 +811,9 @@ def cluster(tmp_path_factory):
 def finished(cluster, slurm_job_log) -> dict[str, Finished]:
     """Submit every job of :data:`PLAN` at once and wait for all of them."""
     ids = {spec.label: cluster.submit(spec) for spec in PLAN}
+    for spec in PLAN:
+        if spec.cancel_when:
+            cluster.cancel_when(ids[spec.label], spec.cancel_when, timeout=JOBS_DEADLINE)
     infos = cluster.wait_for_jobs(list(ids.values()), timeout=JOBS_DEADLINE)
     done = {}
     for spec in PLAN:
@@ -817,7 +855,7 @@ def test_script_is_well_formed(script):
 def test_job_ends_as_planned_with_its_reason(finished, label):
     """State, exit code and the reason on the last line: the real cause, not a guess."""
     job = finished[label]
-    expected = "COMPLETED" if job.spec.ok else "FAILED"
+    expected = job.spec.state
     assert job.info.get("JobState") == expected, job.explain()
     assert job.info.get("ExitCode") == f"{job.spec.exit_code}:0", job.explain()
     assert job.result is not None, f"no result line\n{job.explain()}"
