@@ -233,3 +233,68 @@ def test_jobs_readme_speaks_of_what_exists():
     for text in SCRIPTS.values():
         assert "export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}" in text
         assert "--mpi=pmi2" not in text  # the site's default plugin, unless the user names one
+
+
+def _section(text: str, heading: str) -> str:
+    """The Markdown section under ``heading``, up to the next heading of its level."""
+    start = text.index(heading + "\n")
+    end = text.find("\n## ", start + len(heading))
+    return text[start:] if end < 0 else text[start:end]
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    words = re.sub(r"[^\w\- ]", "", heading.lstrip("#").strip().lower())
+    return words.replace(" ", "-")
+
+
+def test_jobs_readme_mps_claims_match_the_scripts():
+    """The MPS option's name, values, default, scripts and log lines are the scripts' own."""
+    mps = _section(JOBS_README, "## Several ranks per GPU: MPS")
+    table = mps[mps.index("| `JOB_MPS` | a daemon on each node of the step |"):].split("\n\n")[0]
+    rows = re.findall(r"^\| `(\w+)`( \(default\))? \|", table, re.M)
+    values = [value for value, _ in rows[1:]]
+    defaults = [value for value, default in rows if default]
+    settings = JOBS_README[JOBS_README.index("| variable | meaning | default |"):].split("\n\n")[0]
+    row = next(line for line in settings.splitlines() if line.startswith("| `JOB_MPS` |"))
+    assert row.endswith(f"| `{defaults[0]}` |"), row
+    assert f"#{_anchor('## Several ranks per GPU: MPS')})" in row, row
+    for name, text in SCRIPTS.items():
+        # The values the scripts accept, in the order of their error message.
+        accepted = re.search(r"^case \$\{JOB_MPS:-(\w+)\} in\n([\w |]+)\) ;;$", text, re.M)
+        assert accepted, name
+        assert accepted.group(1) == defaults[0] == "auto"
+        assert [v.strip() for v in accepted.group(2).split("|")] == values == ["auto", "on", "off"]
+        assert f"JOB_MPS=$JOB_MPS: expected {', '.join(values[:-1])} or {values[-1]}" in text
+        # GPU scripts (those with a --gpus-per-node line) decide MPS for their steps; cpu-smoke never.
+        gpu_script = re.search(r"^#SBATCH --gpus-per-node=", text, re.M) is not None
+        assert (re.search(r'^\s*mps_plan "', text, re.M) is not None) == gpu_script, name
+        assert (f"`{name}`" in mps.split("\n\n")[1]) == gpu_script, name
+        if gpu_script:
+            assert re.search(r"^#   JOB_MPS +auto \(default\)", text, re.M), f"{name}: header lacks JOB_MPS"
+    common = SCRIPTS["single-node.sbatch"]
+    for command in ("nvidia-cuda-mps-control -d", "echo quit | nvidia-cuda-mps-control",
+                    "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "/tmp/hpcmm-mps-"):
+        assert command in mps and command in common, command
+    assert "compute mode" in mps and "nvidia-smi" not in common  # no GPU setting changes
+    # Each log line the section quotes is one the scripts print (up to its first variable part).
+    lines = re.findall(r"^MPS: .*$", mps, re.M)
+    assert len(lines) >= 7, lines
+    for line in lines:
+        fixed = re.split(r"\d|\(", line.split(": ", 1)[1] if line.startswith("MPS: not") else
+                         re.sub(r"^MPS: \S+: ", "", line).replace("MPS: ", ""))[0].strip()
+        assert fixed and fixed in common, (line, fixed)
+
+
+def test_jobs_readme_mps_recipe_is_the_shared_gpus_one():
+    """The plain-mpiexec recipe of jobs/README.md is docs/shared-gpus.md's, and the links resolve."""
+    shared = (REPO / "docs" / "shared-gpus.md").read_text()
+    mps = _section(JOBS_README, "## Several ranks per GPU: MPS")
+    for link in re.findall(r"\]\(\.\./docs/shared-gpus\.md(#[\w-]+)?\)", mps):
+        if link:
+            headings = re.findall(r"^#+ .*$", shared, re.M)
+            assert link[1:] in {_anchor(h) for h in headings}, link
+    recipe = re.findall(r"```bash\n(.*?)```", mps, re.S)[-1].splitlines()
+    original = re.findall(r"```bash\n(.*?)```", shared, re.S)[0].splitlines()
+    same = [line for line in recipe if line.startswith(("export CUDA_MPS", "mkdir", "nvidia-cuda", "trap"))]
+    assert len(same) == 4 and all(line in original for line in same), same

@@ -14,7 +14,11 @@ for as ``--gres`` rather than the script's ``--gpus-per-node``, ``sbatch
 --export=NONE`` (settings as arguments; the Python found by the script), a
 Python without hpcmm, a missing Python, an srun plugin that does not match the
 MPI library, bad input, a failed check, a rank that fails alone, an old
-``HPCMM_*`` name of the scripts, a bad job setting.  Each job must end in the
+``HPCMM_*`` name of the scripts, a bad job setting.  The GPU scripts start an
+MPS control daemon per node where a node gets more ranks than GPUs: a stand-in
+``nvidia-cuda-mps-control`` on the jobs' PATH records every call in a file of
+the job's own, so that each job's starts and stops are counted (success,
+failure, ``JOB_MPS=off``, ranks <= GPUs, no such program).  Each job must end in the
 state and exit code :data:`PLAN` gives, with the right reason on its last line
 (``hpcmm job ID result: ...``); the files of the jobs that succeed are read
 back.
@@ -78,8 +82,34 @@ HOPELESS_REASONS = ("PartitionConfig", "BadConstraints", "ReqNodeNotAvail", "Inv
 SMALL = {"JOB_M": "97", "JOB_N": "83", "JOB_K": "71", "JOB_ARGS": "--iters 1 --warmup 0"}
 #: The same as arguments after the script's name (they survive --export=NONE).
 SMALL_ARGS = tuple(f"{k}={v}" for k, v in SMALL.items())
+#: The stand-in for NVIDIA's MPS control program.  ``-d`` makes the control
+#: socket in ``$CUDA_MPS_PIPE_DIRECTORY`` (a bound UNIX socket, as the daemon's);
+#: a command on stdin (``quit``) removes it, or fails as the real one does when
+#: no daemon is there.  Each call is a line in ``<records>/mps-<job id>.calls``.
+FAKE_MPS_CONTROL = """#!/bin/bash
+record={records}/mps-${{SLURM_JOB_ID:-none}}.calls
+pipe=${{CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}}
+if [[ ${{1:-}} == -d ]]; then
+    mkdir -p "$pipe" &&
+        {python} -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$pipe/control" ||
+        exit 1
+    echo "start pipe=$pipe log=${{CUDA_MPS_LOG_DIRECTORY:-}} node=$(hostname -s)" >>"$record"
+    exit 0
+fi
+read -r command
+if [[ ! -S $pipe/control ]]; then
+    echo "$command pipe=$pipe no-daemon" >>"$record"
+    echo "Cannot find MPS control daemon process" >&2
+    exit 1
+fi
+rm -f "$pipe/control"
+echo "$command pipe=$pipe" >>"$record"
+"""
+
 #: A Python that exists but has no hpcmm: the one this test's venv was made from.
 BARE_PYTHON = getattr(sys, "_base_executable", None) or "/usr/bin/python3"
+#: Why a job of 2 ranks on 2 GPUs starts no MPS daemon.
+NOT_SHARED = r"MPS: not started: no GPU is shared \(2 rank\(s\) per node on 2 GPU\(s\); JOB_MPS=on starts it anyway\)"
 
 
 @dataclasses.dataclass
@@ -114,6 +144,19 @@ class JobSpec:
     fault
         ``RANK:WHERE:HOW`` of tests/fault_runner.py: the job's Python then runs
         ``-m hpcmm`` through that runner, with this fault put in from outside.
+    mps
+        How many MPS control daemons the job starts (and must stop).
+    mps_line
+        Regular expression of the job's ``MPS: not started: ...`` lines;
+        ``None``: no such line (the job ends before); empty: the usual one,
+        :data:`NOT_SHARED` for a job that starts no daemon, none for one
+        that does or for ``cpu-smoke.sbatch`` (no GPU, no MPS).
+    fake_mps
+        Whether the stand-in ``nvidia-cuda-mps-control`` is on the job's PATH.
+    cancel_when
+        Regular expression: once the job's log has a line that matches it,
+        the test cancels the job (``scancel --full``: SIGTERM to the batch
+        script and the step, as a time limit sends).
     """
 
     label: str
@@ -127,10 +170,30 @@ class JobSpec:
     python: bool = True
     folder: str = "work"
     fault: str | None = None
+    mps: int = 0
+    mps_line: str | None = ""
+    fake_mps: bool = True
+    cancel_when: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+    @property
+    def state(self) -> str:
+        """The job's final state."""
+        if self.cancel_when:
+            return "CANCELLED"
+        return "COMPLETED" if self.ok else "FAILED"
+
+    @property
+    def mps_note(self) -> str | None:
+        """The ``MPS: not started`` line the job's log must have, if any."""
+        if self.script == "cpu-smoke.sbatch":
+            return None
+        if self.mps_line == "":
+            return None if self.mps else NOT_SHARED
+        return self.mps_line
 
     def command(self) -> list[str]:
         """The submit line, relative to the repository root as in jobs/README.md."""
@@ -149,14 +212,39 @@ PLAN = (
     JobSpec("single-node-srun", "single-node.sbatch",
             ("--ntasks-per-node=2", "--gpus-per-node=2"), dict(SMALL)),
     # GPUs asked for as --gres: the step takes the job's 2, not the script's 8.
+    # JOB_MPS=on: a daemon although no GPU is shared.
     JobSpec("single-node-gres", "single-node.sbatch",
-            ("--gres=gpu:2", "--ntasks-per-node=2"), dict(SMALL)),
+            ("--gres=gpu:2", "--ntasks-per-node=2"), dict(SMALL, JOB_MPS="on"), mps=1),
+    # 4 ranks on 2 GPUs, but no nvidia-cuda-mps-control on the node.
     JobSpec("multi-node-mpiexec", "multi-node.sbatch",
-            ("-N", "1", "--ntasks-per-node=4", "--gpus-per-node=4"),
-            dict(SMALL, JOB_LAUNCHER="mpiexec", JOB_SITE_MPI="none")),
+            ("-N", "1", "--ntasks-per-node=4", "--gpus-per-node=2"),
+            dict(SMALL, JOB_LAUNCHER="mpiexec", JOB_SITE_MPI="none"), fake_mps=False,
+            mps_line=r"MPS: not started: no nvidia-cuda-mps-control on PATH \(4 rank\(s\) per node on 2 GPU\(s\);.*"),
+    # One GPU: the 1-rank points run alone on it, each 2-rank point under a daemon of its own.
     JobSpec("scaling-srun", "scaling.sbatch",
-            ("-N", "1", "--ntasks-per-node=2", "--gpus-per-node=2"),
-            {"JOB_SIZES": "61", "JOB_ARGS": "--iters 1 --warmup 0"}, h5_files=4),
+            ("-N", "1", "--ntasks-per-node=2", "--gpus-per-node=1"),
+            {"JOB_SIZES": "61", "JOB_ARGS": "--iters 1 --warmup 0"}, h5_files=4, mps=2,
+            mps_line=r"MPS: not started: no GPU is shared \(1 rank\(s\) per node on 1 GPU\(s\);.*"),
+    # More ranks than GPUs: a daemon per node before the step, stopped after it.
+    JobSpec("single-node-mps", "single-node.sbatch",
+            ("--ntasks-per-node=3", "--gpus-per-node=2"), dict(SMALL), mps=1),
+    # The same through mpiexec, and hpcmm refuses its input: the daemon is stopped all the same.
+    JobSpec("single-node-mps-bad-input-mpiexec", "single-node.sbatch",
+            ("--ntasks-per-node=3", "--gpus-per-node=2"),
+            dict(SMALL, JOB_LAUNCHER="mpiexec", JOB_ARGS="--m 0"), mps=1, exit_code=2,
+            result=r"bad input: argument --m: --m=0: expected an integer >= 1"),
+    JobSpec("single-node-mps-off", "single-node.sbatch",
+            ("--ntasks-per-node=3", "--gpus-per-node=2"), dict(SMALL, JOB_MPS="off"),
+            mps_line=r"MPS: not started: JOB_MPS=off \(3 rank\(s\) per node on 2 GPU\(s\)\)"),
+    # A rank that hangs, and the job is cancelled (SIGTERM, as at a time limit): the
+    # daemon is stopped and the last line says why the job ended.
+    JobSpec("single-node-mps-cancelled", "single-node.sbatch",
+            ("--ntasks-per-node=3", "--gpus-per-node=2"), SMALL, fault="0:multiply:hang",
+            mps=1, exit_code=5, cancel_when=r"^MPS: \S+: control daemon started in ",
+            result=r"unfinished: the job got SIGTERM \(its time limit, or scancel\)"),
+    JobSpec("single-node-bad-mps-setting", "single-node.sbatch",
+            ("--ntasks-per-node=3", "--gpus-per-node=2"), dict(SMALL, JOB_MPS="yes"), exit_code=3,
+            result=r"environment: JOB_MPS=yes: expected auto, on or off", mps_line=None),
     JobSpec("cpu-smoke-mpiexec", "cpu-smoke.sbatch", ("--ntasks=2",),
             dict(SMALL, JOB_LAUNCHER="mpiexec")),
     # --export=NONE: no variable of the submitting shell reaches the job.
@@ -320,13 +408,15 @@ def make_fake_gpu(path: Path) -> None:
 
 
 def clean_environment() -> dict[str, str]:
-    """This process's environment without SLURM's or hpcmm's variables.
+    """This process's environment without SLURM's, hpcmm's, the scripts' or MPS's variables.
 
-    A test run inside a SLURM job (or with ``HPCMM_*`` set) would otherwise hand
-    the outer job's settings to the inner cluster's jobs.
+    A test run inside a SLURM job (or with ``HPCMM_*``, ``JOB_*`` or
+    ``CUDA_MPS_*`` set) would otherwise hand the outer job's settings to the
+    inner cluster's jobs.
     """
     return {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "HPCMM_"))}
+            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "HPCMM_", "JOB_",
+                                 "CUDA_MPS_"))}
 
 
 # --- the cluster ---------------------------------------------------------------
@@ -347,6 +437,8 @@ class Cluster:
         self.conf = root / "slurm.conf"
         self.munge_socket = root / "munge" / "munge.socket"
         self.work = root / "work"
+        self.mps_bin = root / "mps-bin"
+        self.mps_records = root / "mps-records"
         self.procs: dict[str, subprocess.Popen] = {}
         self.env = clean_environment()
         self.env["SLURM_CONF"] = str(self.conf)
@@ -356,8 +448,12 @@ class Cluster:
 
     def write_config(self) -> None:
         """Write the munge key, ``slurm.conf``, ``gres.conf`` and the GPU files."""
-        for sub in ("munge", "state", "spool", "log", "gpus", "work", "bare"):
+        for sub in ("munge", "state", "spool", "log", "gpus", "work", "bare", "mps-bin", "mps-records"):
             (self.root / sub).mkdir(mode=0o755, exist_ok=True)
+        fake = self.mps_bin / "nvidia-cuda-mps-control"
+        fake.write_text(FAKE_MPS_CONTROL.format(records=shlex.quote(str(self.mps_records)),
+                                                python=shlex.quote(sys.executable)))
+        fake.chmod(0o755)
         # The submit folder's .venv is where the scripts look for a Python first.
         (self.work / ".venv").symlink_to(sys.prefix, target_is_directory=True)
         key = self.root / "munge" / "munge.key"
@@ -586,6 +682,8 @@ class Cluster:
             env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                           if p != bin_dir)
             env.pop("VIRTUAL_ENV", None)
+        if spec.fake_mps:
+            env["PATH"] = os.pathsep.join([str(self.mps_bin), env.get("PATH", "")])
         env.update(spec.env)
         if spec.fault:
             env["JOB_PYTHON"] = str(self.fault_python(spec.fault))
@@ -601,6 +699,11 @@ class Cluster:
                         f'exec {python} "$@"\n')
         path.chmod(0o755)
         return path
+
+    def mps_calls(self, job_id: str) -> list[str]:
+        """The stand-in MPS control program's calls in job ``job_id``, one line each."""
+        path = self.mps_records / f"mps-{job_id}.calls"
+        return path.read_text().splitlines() if path.exists() else []
 
     def submit(self, spec: JobSpec) -> str:
         """Submit ``spec`` from its folder and return the job id."""
@@ -644,6 +747,23 @@ class Cluster:
                                    f"{outputs}\n{self.logs()}")
             time.sleep(1)
 
+    def cancel_when(self, job_id: str, pattern: str, timeout: float) -> None:
+        """``scancel --full`` the job once its log has a line matching ``pattern``.
+
+        Raises
+        ------
+        RuntimeError
+            When the job ends first, or after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, self.output(job_id), re.M):
+            if self.job(job_id).get("JobState") in FINAL_STATES or time.monotonic() > deadline:
+                raise RuntimeError(f"job {job_id} never printed {pattern!r}:\n{self.output(job_id)}")
+            time.sleep(0.5)
+        # --full: SIGTERM to the batch script as well, as a time limit sends it
+        # (a plain scancel leaves the script to SIGKILL).
+        run([find_program("scancel"), "--full", job_id], timeout=20, env=self.env)
+
     def output(self, job_id: str) -> str:
         """The job's ``slurm-<id>.out``."""
         path = self.root / f"slurm-{job_id}.out"
@@ -659,6 +779,7 @@ class Finished:
     info: dict[str, str]
     output: str
     results: list[Path]
+    mps_calls: list[str]
 
     @property
     def result(self) -> str | None:
@@ -670,7 +791,7 @@ class Finished:
     def line(self) -> str:
         """``SLURM job <id> <script> <state> ExitCode=<code> [verdict] result: ... (<label>: <line>)``."""
         state = self.info.get("JobState")
-        expected = "COMPLETED" if self.spec.ok else "FAILED"
+        expected = self.spec.state
         code = f"{self.spec.exit_code}:0"
         good = (state == expected and self.info.get("ExitCode") == code
                 and re.fullmatch(self.spec.result, self.result or "") is not None)
@@ -683,7 +804,9 @@ class Finished:
         fields = " ".join(f"{k}={v}" for k, v in self.info.items()
                           if k in ("JobState", "Reason", "ExitCode", "DerivedExitCode",
                                    "RunTime", "NumTasks", "TRES"))
-        return (f"{self.line()}\n{fields}\n--- slurm-{self.job_id}.out ---\n{self.output}")
+        calls = "\n".join(self.mps_calls) or "(none)"
+        return (f"{self.line()}\n{fields}\n--- slurm-{self.job_id}.out ---\n{self.output}"
+                f"\n--- nvidia-cuda-mps-control calls ---\n{calls}")
 
 
 # --- fixtures ------------------------------------------------------------------
@@ -705,6 +828,9 @@ def cluster(tmp_path_factory):
 def finished(cluster, slurm_job_log) -> dict[str, Finished]:
     """Submit every job of :data:`PLAN` at once and wait for all of them."""
     ids = {spec.label: cluster.submit(spec) for spec in PLAN}
+    for spec in PLAN:
+        if spec.cancel_when:
+            cluster.cancel_when(ids[spec.label], spec.cancel_when, timeout=JOBS_DEADLINE)
     infos = cluster.wait_for_jobs(list(ids.values()), timeout=JOBS_DEADLINE)
     done = {}
     for spec in PLAN:
@@ -713,7 +839,7 @@ def finished(cluster, slurm_job_log) -> dict[str, Finished]:
         results = sorted(folder.glob(f"*-{job_id}.h5"))
         results += sorted(folder.glob(f"*-{job_id}/*.h5"))
         done[spec.label] = Finished(spec, job_id, infos[job_id], cluster.output(job_id),
-                                    results)
+                                    results, cluster.mps_calls(job_id))
         slurm_job_log.append(done[spec.label].line())
         print(done[spec.label].line())
     return done
@@ -746,7 +872,7 @@ def test_script_is_well_formed(script):
 def test_job_ends_as_planned_with_its_reason(finished, label):
     """State, exit code and the reason on the last line: the real cause, not a guess."""
     job = finished[label]
-    expected = "COMPLETED" if job.spec.ok else "FAILED"
+    expected = job.spec.state
     assert job.info.get("JobState") == expected, job.explain()
     assert job.info.get("ExitCode") == f"{job.spec.exit_code}:0", job.explain()
     assert job.result is not None, f"no result line\n{job.explain()}"
@@ -836,3 +962,42 @@ def test_no_script_uses_an_hpcmm_name_hpcmm_does_not_know():
     for path in JOBS_DIR.glob("*.sbatch"):
         names = set(re.findall(r"\bHPCMM_[A-Z_]+", path.read_text()))
         assert names <= set(ENVIRONMENT), f"{path.name}: {sorted(names - set(ENVIRONMENT))}"
+
+
+@pytest.mark.parametrize("label", [s.label for s in PLAN])
+def test_mps_daemon_started_and_stopped_as_planned(finished, label):
+    """Each daemon the job starts is stopped, success or failure, and the log says so.
+
+    The calls come from the stand-in's record (one writer at a time, its own
+    file per job); the log must say the same: the decision, each start with
+    its time and pipe directory, each stop, or why no daemon was started.
+    """
+    job = finished[label]
+    starts = [line for line in job.mps_calls if line.startswith("start ")]
+    quits = [line for line in job.mps_calls if line.startswith("quit ")]
+    assert len(starts) == job.spec.mps, job.explain()
+    pipes = [re.search(r"pipe=(\S+)", line).group(1) for line in starts]
+    # Every daemon stopped once: by the task that started it, or, where the launcher
+    # killed that task first (a failed job), by the batch script after the step.
+    assert sorted(re.search(r"pipe=(\S+)", line).group(1) for line in quits) == sorted(pipes), job.explain()
+    assert not any("no-daemon" in line for line in job.mps_calls), job.explain()
+    assert len(set(pipes)) == len(pipes), f"pipe directories reused: {pipes}"
+    for pipe in pipes:
+        # Job-unique and node-local; gone when the step has ended.
+        assert re.fullmatch(rf"/tmp/hpcmm-mps-{job.job_id}-0-\d+/pipe", pipe), pipe
+        assert not Path(pipe).parent.exists(), f"{pipe} left behind"
+        assert re.search(rf"^MPS: starting a control daemon on each node of the step .*: pipe dir {pipe}, "
+                         rf"log dir {pipe[:-4]}log$", job.output, re.M), job.explain()
+        assert re.search(rf"^MPS: \S+: control daemon started in \d+\.\d{{3}} s, pipe dir {pipe}$",
+                         job.output, re.M), job.explain()
+    stopped = re.findall(r"^MPS: \S+: control daemon stopped \((quit took \d+\.\d{3} s|the step left it running)\)$",
+                         job.output, re.M)
+    assert len(stopped) == job.spec.mps, job.explain()
+    if job.spec.ok:
+        assert "the step left it running" not in job.output, job.explain()
+    note = job.spec.mps_note
+    notes = re.findall(r"^MPS: not started: .*$", job.output, re.M)
+    if note is None:
+        assert not notes, job.explain()
+    else:
+        assert notes and all(re.fullmatch(note, line) for line in notes), job.explain()
