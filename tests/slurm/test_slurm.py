@@ -236,11 +236,12 @@ PLAN = (
     JobSpec("single-node-mps-off", "single-node.sbatch",
             ("--ntasks-per-node=3", "--gpus-per-node=2"), dict(SMALL, JOB_MPS="off"),
             mps_line=r"MPS: not started: JOB_MPS=off \(3 rank\(s\) per node on 2 GPU\(s\)\)"),
-    # A rank that hangs, and the job is cancelled (SIGTERM, as at a time limit): the
-    # daemon is stopped and the last line says why the job ended.
+    # A rank that hangs in its first product (after hpcmm said its grid), and the job is
+    # cancelled (SIGTERM, as at a time limit): the daemon is stopped and the last line
+    # says why the job ended.
     JobSpec("single-node-mps-cancelled", "single-node.sbatch",
             ("--ntasks-per-node=3", "--gpus-per-node=2"), SMALL, fault="0:multiply:hang",
-            mps=1, exit_code=5, cancel_when=r"^MPS: \S+: control daemon started in ",
+            mps=1, exit_code=5, cancel_when=r"^hpcmm: grid \d+x\d+ \| ",
             result=r"unfinished: the job got SIGTERM \(its time limit, or scancel\)"),
     JobSpec("single-node-bad-mps-setting", "single-node.sbatch",
             ("--ntasks-per-node=3", "--gpus-per-node=2"), dict(SMALL, JOB_MPS="yes"), exit_code=3,
