@@ -41,6 +41,7 @@ import dataclasses
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -145,25 +146,30 @@ class Machine:
     name: str
     description: str = ""
     source: str = ""
+    # The node and its devices.
     device: str = "gpu"
     devices_per_node: int = 1
     hosts: int = 0
     memory_gib: float = 80.0
     memory_gbps: float = 4000.0
     gemm: dict = dataclasses.field(default_factory=dict)
+    # Inside a node: IPC pulls between devices, copies inside one.
     intra_gbps: float = 300.0
     intra_latency_us: float = 10.0
     local_gbps: float = 2000.0
+    # Between nodes: the MPI on device buffers, per NIC.
     net_gbps: float = 25.0
     net_latency_us: float = 5.0
     nics_per_node: int = 1
+    bcast_efficiency: float = 0.5
+    # Between nodes through pinned host memory.
     staged_gbps: float = 10.0
     staged_latency_us: float = 50.0
     staged_host_gbps: float = 20.0
-    bcast_efficiency: float = 0.5
     staged_bcast_efficiency: float = 0.5
-    shared_mpi_us: float = 0.0
+    # What the code itself costs, and what sharing a device costs.
     cuda_aware: bool = True
+    shared_mpi_us: float = 0.0
     shared_device_efficiency: float = 0.85
     host_step_us: float = 25.0
     accumulate_passes: float = 2.0
@@ -207,81 +213,18 @@ class Machine:
         return np.where(m * n > 0, c.launch_us * 1e-6 + compute + memory, 0.0)
 
 
-def _h200_gemm() -> dict:
-    # Fitted to hpcmm's own GEMM-bound runs on the H200s (docs/benchmarks.md: float64 at one rank
-    # 16384, at two ranks 8192, 16384, 32768 within 4 %; odd leading dimensions at 78 % from the
-    # 10007x6001x3001 and 30011x20011x16411 rows); other types scaled from the one-GPU ceilings
-    # (shared/device/README.md: tf32 224.8 column-major through hpcmm, float16 1273 on two GPUs).
-    # Odd leading dimensions: float64 at 0.78 (those rows); float32 keeps its rate (12007x9001x6003 at
-    # two ranks, model check of 2026-11-29, within 5 % of the aligned curve).
-    rates = {"float64": 60.0, "float32": 57.0, "tf32": 235.0, "float16": 700.0, "bfloat16": 700.0,
-             "complex128": 60.0, "complex64": 57.0}
-    return {t: {"tflops": r, "half_m": 32.0, "half_n": 32.0, "half_k": 32.0, "launch_us": 8.0,
-                "unaligned": 1.0 if t == "float32" else 0.78} for t, r in rates.items()}
+def _load_builtin() -> dict[str, dict]:
+    """The descriptions shipped in ``hpcmm/machines/*.json``, by name (each names its sources)."""
+    folder = Path(__file__).resolve().parent / "machines"
+    found = {}
+    for path in sorted(folder.glob("*.json")):
+        with open(path, encoding="utf-8") as f:
+            found[path.stem] = json.load(f)
+    return found
 
 
-#: Built-in descriptions (``--machine NAME``).  Each names where its figures come from.
-BUILTIN: dict[str, dict] = {
-    "h200x2": dict(
-        name="h200x2",
-        description="the 2 x H200 test machine (NV18 NVLink), one host; nodes only virtual",
-        source="GEMM curves: hpcmm's GEMM-bound products (docs/benchmarks.md, 2026-11-29). Links: bench transport "
-               "in tests/gpu/model_check.sh of 2026-11-29 (data/machines/h200x2-2026-11-29-*.json): IPC 394.6 GB/s "
-               "11 us, CUDA-aware Open MPI 5 pair 364 GB/s 26 us, staged 5.66 GB/s 84 us, one GPU's copy 2085 GB/s. "
-               "Broadcast efficiency 0.5: a binomial tree (two rounds among four). Fitted: staged_host_gbps 14 and "
-               "staged_bcast_efficiency 1.0 (virtual-node runs of docs/benchmarks.md), shared_mpi_us 67 (two "
-               "CUDA-aware runs of 8 ranks on 2 GPUs, docs/scaling.md section 1)",
-        device="gpu", devices_per_node=2, hosts=1, memory_gib=139.3, memory_gbps=4170.0,
-        gemm=_h200_gemm(), intra_gbps=394.6, intra_latency_us=11.0, local_gbps=2085.0,
-        # "Between nodes" here is one host's MPI: CUDA-aware UCX over NVLink, each GPU's port a "NIC";
-        # two ranks of one GPU exchange through a copy inside it (local_gbps).
-        net_gbps=364.4, net_latency_us=26.4, nics_per_node=2, bcast_efficiency=0.5,
-        staged_gbps=5.66, staged_latency_us=84.0, staged_host_gbps=14.0, staged_bcast_efficiency=1.0,
-        cuda_aware=False, shared_device_efficiency=0.85, shared_mpi_us=67.0, host_step_us=25.0),
-    "h200x8-ndr": dict(
-        name="h200x8-ndr",
-        description="8 x H200 SXM per node on NVSwitch, 8 x 400 Gb/s NICs (one per GPU, GPUDirect RDMA)",
-        source="H200 GEMM and IPC rates as measured on h200x2; NIC 400 Gb/s = 50 GB/s, 45 GB/s taken as "
-               "what MPI moves; NVLink 4 port 450 GB/s, 396 GB/s taken (the IPC pull measured on NV18)",
-        device="gpu", devices_per_node=8, hosts=0, memory_gib=139.3, memory_gbps=4170.0,
-        gemm=_h200_gemm(), intra_gbps=396.0, intra_latency_us=11.0, local_gbps=2085.0,
-        net_gbps=45.0, net_latency_us=6.0, nics_per_node=8,
-        staged_gbps=20.0, staged_latency_us=40.0, staged_host_gbps=80.0,
-        cuda_aware=True, shared_device_efficiency=0.85, host_step_us=25.0),
-    # Published clusters (docs/scaling.md, section 2): described to put hpcmm beside their results.
-    "daint-p100": dict(
-        name="daint-p100",
-        description="Piz Daint GPU partition (Cray XC50): one P100 16 GB per node, one Aries NIC, "
-                    "CUDA-aware Cray MPI",
-        source="P100 DGEMM 4.05 TFLOP/s = 0.9 x the 4500 GFLOP/s node peak of the COSMA README's CP2K table "
-               "(github.com/eth-cscs/COSMA docs/cp2k-results-128.pdf; 0.9 is what hpcmm's H200 curve keeps of "
-               "the H200's 67); HBM2 732 GB/s (NVIDIA P100 datasheet), 0.87 of it as on the H200; Aries NIC "
-               "behind a PCIe 3.0 x16 host link (Cray XC Series Network, WP-Aries01-1112), 10 GB/s taken; "
-               "latency 1.5 us taken",
-        device="gpu", devices_per_node=1, hosts=0, memory_gib=16.0, memory_gbps=640.0,
-        gemm={"float64": {"tflops": 4.05, "half_m": 32.0, "half_n": 32.0, "half_k": 32.0,
-                          "launch_us": 8.0, "unaligned": 0.78}},
-        intra_gbps=10.0, intra_latency_us=11.0, local_gbps=320.0,
-        net_gbps=10.0, net_latency_us=1.5, nics_per_node=1,
-        staged_gbps=6.0, staged_latency_us=40.0, staged_host_gbps=10.0,
-        cuda_aware=True, shared_device_efficiency=0.85, host_step_us=25.0),
-    "phoenix-cpu": dict(
-        name="phoenix-cpu",
-        description="Georgia Tech PACE-Phoenix CPU nodes of 24 cores, one rank per core with one BLAS "
-                    "thread, one NIC per node",
-        source="24 cores and 7 GB per core: the CA3DMM SC22 job scripts (github.com/scalable-matrix/CA3DMM "
-               "SC22_AD/job_scripts); DGEMM 70.4 GFLOP/s per core: the local DGEMM of the CA3DMM README's "
-               "one-node run at 24 ranks (2000x4000x2667 per rank in 605.6 ms); not stated in the sources "
-               "read, hence taken: 200 GB/s of memory per node shared by 24 cores, one 100 Gb/s "
-               "InfiniBand port (11 GB/s), same-node copies at half the memory rate (a copy reads and writes)",
-        device="cpu", devices_per_node=24, hosts=0, memory_gib=7.0, memory_gbps=8.2,
-        gemm={"float64": {"tflops": 0.0704, "half_m": 16.0, "half_n": 16.0, "half_k": 16.0,
-                          "launch_us": 5.0}},
-        intra_gbps=100.0, intra_latency_us=1.0, local_gbps=8.2,
-        net_gbps=11.0, net_latency_us=2.0, nics_per_node=1,
-        staged_gbps=8.2, staged_latency_us=2.0, staged_host_gbps=11.0,
-        cuda_aware=True, shared_device_efficiency=0.85, host_step_us=25.0, accumulate_passes=4.0),
-}
+#: Built-in descriptions (``--machine NAME``), from ``hpcmm/machines/NAME.json``.
+BUILTIN: dict[str, dict] = _load_builtin()
 
 
 def builtin(name: str) -> Machine:
