@@ -58,6 +58,42 @@ def report_main(ns) -> int:
         raise InputError(f"report {ns.file}: cannot read it as an hpcmm file ({reason})") from exc
 
 
+def _cell(value) -> str:
+    """One figure as the tables print it: four significant digits, ``—`` for one that does not exist."""
+    value = _decode(value)
+    if isinstance(value, (float, np.floating)):
+        # NaN is a figure that does not exist (no efficiency on CPUs, a peer that did not run).
+        return "—" if value != value else f"{value:.4g}"
+    return str(value)
+
+
+#: Widest cell of a table; a longer text is shortened there and given whole below the table.
+CELL_WIDTH = 30
+
+
+def format_table(name: str, rows: np.ndarray) -> str:
+    """A table of a bench or transport file, one line per field and one column per row.
+
+    The files hold dozens of fields per case: printed across, a row would not fit a
+    terminal; printed down, the cases line up side by side.  Long texts (the peers'
+    notes) are cut in the table and printed whole after it.
+    """
+    fields = rows.dtype.names
+    cells = [[_cell(r[c]) for r in rows] for c in fields]
+    notes = []
+    for field, values in zip(fields, cells):
+        for i, text in enumerate(values):
+            if len(text) > CELL_WIDTH:
+                notes.append(f"  {field} [{i}]: {text}")
+                values[i] = text[: CELL_WIDTH - 1] + "…"
+    label = max(len(c) for c in fields)
+    widths = [max(len(col[i]) for col in cells) for i in range(len(rows))]
+    lines = [f"/{name} ({len(rows)} row{'s' if len(rows) != 1 else ''}, [0] … [{len(rows) - 1}] left to right)"]
+    for field, values in zip(fields, cells):
+        lines.append("  ".join([f"{field:<{label}}", *(f"{v:<{w}}" for v, w in zip(values, widths))]).rstrip())
+    return "\n".join(lines + notes)
+
+
 def _report(f, ns) -> int:
     kind = _decode(f.attrs.get("kind", "run"))
     if kind != "run" and "summary" not in f:
@@ -68,13 +104,9 @@ def _report(f, ns) -> int:
             raise InputError(f"report {ns.file} --plot: a '{kind}' file has no timeline (only run files do)")
         for name in tables:
             rows = f[name][:]
-            cols = rows.dtype.names
-            if cols is None:
+            if rows.dtype.names is None:
                 raise InputError(f"report {ns.file}: /{name} is not a table")
-            print("  ".join(cols))
-            for r in rows:
-                # NaN is a figure that does not exist (no efficiency on CPUs, a peer that did not run).
-                print("  ".join("—" if isinstance(v := _decode(r[c]), float) and v != v else str(v) for c in cols))
+            print(format_table(name, rows))
         return 0
     if "summary" not in f or "config" not in f:
         raise InputError(f"report {ns.file}: no /summary and /config (not an hpcmm results file)")

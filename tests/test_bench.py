@@ -88,9 +88,27 @@ def test_report_prints_a_missing_figure_of_a_bench_file_as_a_dash(tmp_path, caps
     capsys.readouterr()
     assert report_main(argparse.Namespace(file=str(out), plot=None, iteration=None)) == 0
     text = capsys.readouterr().out
-    header, row = text.splitlines()[:2]
     assert "nan" not in text.lower()
-    assert row.split("  ")[header.split("  ").index("efficiency")] == "—"
+    (line,) = [x for x in text.splitlines() if x.split()[:1] == ["efficiency"]]
+    assert line.split() == ["efficiency", "—"]
+
+
+def test_report_lines_up_a_bench_table_with_short_figures(tmp_path, capsys):
+    """One line per field, one aligned column per case, figures to four digits, long notes below."""
+    from hpcmm.report import CELL_WIDTH, format_table
+
+    rows = np.array([("float64:24", 1.23456789e-3, 105.96323910105902, "n" * 40),
+                     ("float32:4096x24x8", float("nan"), 7.0, "short")],
+                    dtype=[("case", "S20"), ("hpcmm_seconds", "f8"), ("hpcmm_tflops", "f8"), ("note", "S60")])
+    lines = format_table("bench", rows).splitlines()
+    assert lines[0].startswith("/bench (2 rows")
+    table = {x.split()[0]: x for x in lines[1:5]}
+    assert table["hpcmm_seconds"].split() == ["hpcmm_seconds", "0.001235", "—"]
+    assert table["hpcmm_tflops"].split() == ["hpcmm_tflops", "106", "7"]
+    # The second column starts at the same place on every line.
+    starts = {line.index(v) for line, v in zip(lines[1:4], ("float32:4096x24x8", "—", "7"))}
+    assert len(starts) == 1
+    assert len(table["note"].split()[1]) == CELL_WIDTH and lines[5] == f"  note [0]: {'n' * 40}"
 
 
 def test_bench_row_to_the_digit():
