@@ -96,25 +96,52 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool) -> int:
     rate; beyond a few thousand the gain is gone while fewer steps leave less
     to overlap.  We also align to the k blocks, so that whole blocks split into
     equal panels (no sliver steps).  On a CPU the BLAS saturates earlier.
+
+    The GPU rule, fitted to the panel sweep of docs/benchmarks.md (2 × H200,
+    float64, grid 2×1): 4096 columns where the smallest k block holds at least
+    four of them (:data:`WIDE_PANEL_MIN_BLOCK`), else 2048; 16-bit types 4096
+    always.  Each step reads and writes C once (``beta = 1``), a cost that a
+    wider panel halves; the ramp's narrow first panels and the sliver at the
+    block's end grow with the panel, and only a deep block pays them back.
+    A four-panel block also caps the ring of panel buffers at the share of the
+    local operands that 2048-wide panels take in 8192-deep blocks.
+
+    Examples
+    --------
+    >>> from hpcmm.layout import Grid, Layout
+    >>> auto_panel(Layout(32768, 32768, 32768, Grid(2, 1)), 8, on_gpu=True)   # B's k blocks 16384
+    4096
+    >>> auto_panel(Layout(16384, 16384, 16384, Grid(2, 1)), 8, on_gpu=True)   # blocks of 8192
+    2048
     """
     if layout.grid.size == 1:
         return layout.k  # nothing moves: one GEMM of full depth is fastest
-    # 2048 is the width measured on H200s (0.1 % exposed communication at 32768 on two).
-    # Each step also reads and writes C once (beta = 1), so a deeper panel may gain a few
-    # per cent in float16; not measured yet, hence not the default.
-    target = 2048 if on_gpu else 256
-    if itemsize <= 2:
-        target *= 2
     grid = layout.grid
     # Without weights the smallest k block is min(k // cols, k // rows); with weights read it off.
     smallest = min(layout.extent(layout.a_k(c)) for c in range(grid.cols))
     smallest = min(smallest, *(layout.extent(layout.b_k(r)) for r in range(grid.rows)))
     smallest_block = max(1, smallest or layout.k)
+    target = _panel_target(smallest_block, itemsize, on_gpu)
     if smallest_block <= target:
         return max(1, smallest_block)
     # Split the block into equal pieces no wider than the target.
     pieces = -(-smallest_block // target)
     return -(-smallest_block // pieces)
+
+
+#: The smallest k block (columns) from which a GPU takes 4096-wide panels in types wider than 16 bits:
+#: four whole panels.  Measured (float64, 2 ranks): blocks of 16384 ran 3.8 % faster at 4096 than at
+#: 2048 (109.46 against 105.44 TFLOP/s), blocks of 8192 the same within 0.05 % (102.06, 102.01).
+WIDE_PANEL_MIN_BLOCK = 4 * 4096
+
+
+def _panel_target(smallest_block: int, itemsize: int, on_gpu: bool) -> int:
+    """The widest panel :func:`auto_panel` aims at, before it splits blocks evenly."""
+    if not on_gpu:
+        return 512 if itemsize <= 2 else 256
+    if itemsize <= 2 or smallest_block >= WIDE_PANEL_MIN_BLOCK:
+        return 4096
+    return 2048
 
 
 def ring_depth(prefetch: int, spans_nodes: bool) -> int:
