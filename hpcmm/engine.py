@@ -164,18 +164,25 @@ class Engine:
                              self.slots_per_operand())
 
     def _check_memory(self) -> None:
+        """Collective: refuse blocks that do not fit, counting every rank on this device.
+
+        Ranks that share a device share its memory, and with weighted blocks
+        they need different amounts: the sum of their needs must fit.  Sets
+        :attr:`device_bytes`, that sum.
+        """
         backend, topo = self.backend, self.topo
-        need = self.needed_bytes()
-        # Ranks that share a device share its memory.
-        sharing = topo.node_comm.allgather(backend.device_id)
-        share = sharing.count(backend.device_id) if backend.on_gpu else topo.local_size
+        # On the CPU every rank of the node shares the host's memory.
+        device = backend.device_id if backend.on_gpu else None
+        needs = topo.node_comm.allgather((device, self.needed_bytes()))
+        together = [need for d, need in needs if d == device]
+        self.device_bytes = sum(together)
         free, _ = backend.memory_info()
         where = "device" if backend.on_gpu else "host"
         err = None
-        if need * share > free:
+        if self.device_bytes > free:
             err = InputError(
                 f"problem m={self.layout.m}, n={self.layout.n}, k={self.layout.k} {self.dtype.name} "
-                f"does not fit: {share} rank(s) per {where} need {need * share / 2**30:.2f} GiB of "
+                f"does not fit: {len(together)} rank(s) per {where} need {self.device_bytes / 2**30:.2f} GiB of "
                 f"{where} memory, {free / 2**30:.2f} GiB available"
             )
         agree(topo.comm, err)
