@@ -53,6 +53,8 @@ class Topology:
     vnode: int
     vnode_count: int
     ranks_per_node: int | None
+    #: This rank's rank in the communicator the topology was made from (launch order).
+    launch_rank: int = 0
 
     @classmethod
     def create(cls, comm: MPI.Comm, config: RunConfig, order: Sequence[int] | None = None,
@@ -116,6 +118,7 @@ class Topology:
             vnode=vnode,
             vnode_count=len(ordered),
             ranks_per_node=config.ranks_per_node,
+            launch_rank=launch_rank,
         )
 
     @property
