@@ -40,7 +40,7 @@ from .layout import Grid, Layout, fit_grid
 from .mps import MpsState, detect, shared_without_mps, sharing_hint
 from .topology import choose_grid
 
-__all__ = ["Arrangement", "arrange"]
+__all__ = ["Arrangement", "arrange", "arrangement_for"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,13 +152,31 @@ def arrange(comm, host: str, backend, config, shape: tuple[int, int, int]) -> Ar
     with collective(comm):
         state = detect(backend.device_id if backend.on_gpu else None)
     states = tuple(comm.allgather(state))
-    size = comm.Get_size()
-    usual = choose_grid(size, config.grid)
-    weighted = len(set(balance.weights)) > 1
-    order, grid = tuple(range(size)), usual
-    if weighted:
-        with collective(comm):  # the same inputs everywhere, so the same fit
-            fit = fit_grid(*shape, balance.weights, preferred=usual, fixed_shape=config.grid is not None)
-        order, grid = fit.order, fit.grid
-    return Arrangement(balance, states, grid, order, weighted, backend.on_gpu)
+    with collective(comm):  # the same inputs everywhere, so the same verdict
+        return arrangement_for(balance, states, shape, config.grid, backend.on_gpu)
 
+
+def arrangement_for(balance: Balance, mps: tuple[MpsState, ...], shape: tuple[int, int, int],
+                    grid: tuple[int, int] | None = None, on_gpu: bool = True) -> Arrangement:
+    """The arrangement of ranks with these weights and MPS states (pure: what :func:`arrange` decides).
+
+    Parameters
+    ----------
+    balance : Balance
+        Every rank's weight, in launch order.
+    mps : tuple of MpsState
+        Every rank's MPS state, in launch order.
+    shape : (int, int, int)
+        ``m``, ``n``, ``k``.
+    grid : (int, int), optional
+        ``--grid``: its shape is kept.
+    on_gpu : bool
+        Whether the ranks compute on GPUs.
+    """
+    size = len(balance.weights)
+    usual = choose_grid(size, grid)
+    weighted = len(set(balance.weights)) > 1
+    if not weighted:
+        return Arrangement(balance, tuple(mps), usual, tuple(range(size)), False, on_gpu)
+    fit = fit_grid(*shape, balance.weights, preferred=usual, fixed_shape=grid is not None)
+    return Arrangement(balance, tuple(mps), fit.grid, fit.order, True, on_gpu)

@@ -64,6 +64,42 @@ MUTATIONS = {
         "a_root = layout.b_k_owner(k0)",
         ["tests/test_summa_plan.py"],
     ),
+    "weighted blocks ignored": (
+        "hpcmm/arrangement.py",
+        "weights=self.weights if self.weighted else None)",
+        "weights=None)",
+        ["tests/test_arrangement.py"],
+    ),
+    "weights left in launch order": (
+        "hpcmm/arrangement.py",
+        "return tuple(self.balance.weights[i] for i in self.order)",
+        "return self.balance.weights",
+        ["tests/test_arrangement.py"],
+    ),
+    "ranks on one device: the largest need, not the sum": (
+        "hpcmm/engine.py",
+        "return len(together), sum(together)",
+        "return len(together), max(together, default=0)",
+        ["tests/test_arrangement.py"],
+    ),
+    "one rank under MPS counts for its GPU": (
+        "hpcmm/arrangement.py",
+        "return all(shared) if shared else",
+        "return any(shared) if shared else",
+        ["tests/test_arrangement.py"],
+    ),
+    "--balance takes any value": (
+        "hpcmm/config.py",
+        "        if self.balance not in BALANCE_MODES:\n",
+        "        if False:\n",
+        ["tests/test_config.py"],
+    ),
+    "grid order ignored when the ranks are placed": (
+        "hpcmm/topology.py",
+        "comm = comm.Split(0, list(order).index(launch_rank))",
+        "comm = comm.Split(0, launch_rank)",
+        ["tests/test_mpi_suite.py::test_mpi_suite[4]"],
+    ),
 }
 
 
