@@ -2,7 +2,7 @@
 
     python tests/mutation.py [--only NAME ...] [--limit SECONDS]
 
-For each mutation: copy ``hpcmm/``, ``tests/`` and ``pyproject.toml`` into a
+For each mutation: copy ``hpcmm/``, ``tests/``, ``data/`` and ``pyproject.toml`` into a
 temporary directory, apply the bug (an exact text replacement that must match
 once, so a mutation that no longer applies is reported, not silently
 skipped), run the tests that guard that figure there (with a time limit:
@@ -106,6 +106,8 @@ MUTATIONS = {
 def _copy(scratch: Path) -> None:
     for name in ("hpcmm", "tests"):
         shutil.copytree(REPO / name, scratch / name, ignore=shutil.ignore_patterns("__pycache__", "*.h5"))
+    # The small input files the MPI tests read (tests/mpi: data/small.h5, ...).
+    shutil.copytree(REPO / "data", scratch / "data", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "pyproject.toml", scratch / "pyproject.toml")
 
 
