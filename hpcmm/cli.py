@@ -22,7 +22,7 @@ import dataclasses
 import sys
 import time
 
-from .config import DEVICES, DTYPES, MAX_PREFETCH, TRISTATE, VERIFY_MODES, RunConfig, new_output_name
+from .config import BALANCE_MODES, DEVICES, DTYPES, MAX_PREFETCH, TRISTATE, VERIFY_MODES, RunConfig, new_output_name
 from .config import parse_grid, parse_matrix_source, parse_positive_int, settings_from_environment
 from . import status as status_file
 from .errors import HpcmmError, InputError, collective
@@ -151,6 +151,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="SUMMA panel width (default: up to 2048 on GPUs, 256 on CPUs)")
     g.add_argument("--prefetch", type=_int("--prefetch", 0, MAX_PREFETCH), metavar="D",
                    help=f"panels in flight ahead of the GEMM, 0 to {MAX_PREFETCH} {_default('prefetch')}")
+    g.add_argument("--balance", choices=BALANCE_MODES,
+                   help="block sizes follow each rank's weight: share (1 / the ranks on its GPU, or on its "
+                        "host's CPU), measured (its rate in a short GEMM timing on every rank at start-up), "
+                        f"none (equal blocks) {_default('balance')}")
     g = p.add_argument_group("measurement and output")
     g.add_argument("--warmup", type=_int("--warmup", 0), metavar="W", help=f"untimed products {_default('warmup')}")
     g.add_argument("--iters", type=_int("--iters"), metavar="I", help=f"timed products {_default('iters')}")

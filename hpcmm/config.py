@@ -15,9 +15,12 @@ import os
 import re
 from collections.abc import Callable, Mapping
 
+from .balance import DEFAULT_MODE as DEFAULT_BALANCE
+from .balance import MODES as BALANCE_MODES
 from .errors import InputError
 
 __all__ = [
+    "BALANCE_MODES",
     "DTYPES",
     "ENVIRONMENT",
     "RunConfig",
@@ -199,6 +202,9 @@ ENVIRONMENT: dict[str, EnvSetting] = {
         lambda t: parse_positive_int("HPCMM_PREFETCH", t, minimum=0, maximum=MAX_PREFETCH),
         "panels in flight ahead of the GEMM",
     ),
+    "HPCMM_BALANCE": EnvSetting(
+        "balance", _choice("HPCMM_BALANCE", BALANCE_MODES), "share, measured or none"
+    ),
     "HPCMM_TIMELINE": EnvSetting(
         "timeline", _yes_no("HPCMM_TIMELINE"), "record every transfer and GEMM (yes or no)"
     ),
@@ -251,6 +257,7 @@ class RunConfig:
     grid: tuple[int, int] | None = None
     panel: int | None = None
     prefetch: int = 1
+    balance: str = DEFAULT_BALANCE
     seed: int = 42
     a: tuple[str, str | None] | None = None
     b: tuple[str, str | None] | None = None
@@ -287,6 +294,8 @@ class RunConfig:
             raise InputError(
                 f"--cuda-aware-mpi={self.cuda_aware_mpi!r}: expected one of {', '.join(TRISTATE)}"
             )
+        if self.balance not in BALANCE_MODES:
+            raise InputError(f"--balance={self.balance!r}: expected one of {', '.join(BALANCE_MODES)}")
         if self.panel is not None:
             parse_positive_int("--panel", self.panel)
         parse_positive_int("--prefetch", self.prefetch, minimum=0, maximum=MAX_PREFETCH)

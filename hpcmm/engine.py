@@ -44,7 +44,7 @@ from .errors import InputError, agree, raised_everywhere
 from .layout import Layout
 from .transport import PanelChannel, Transfer
 
-__all__ = ["Engine", "IterationTimes", "PHASES", "memory_needed"]
+__all__ = ["Engine", "IterationTimes", "PHASES", "device_need", "memory_needed"]
 
 PHASES = ("gemm", "comm", "wait")
 STREAMS = ("compute", "comm")
@@ -86,6 +86,21 @@ def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: in
     blocks = sum(r * c for r, c in shapes.values())
     slots = ring * panel * (m_loc + n_loc)
     return (blocks + slots) * itemsize
+
+
+def device_need(needs, device) -> tuple[int, int]:
+    """How many ranks share ``device``, and the bytes they need together.
+
+    ``needs`` holds ``(device, bytes)`` of every rank of a node.  With weighted
+    blocks the ranks of one device need different amounts: the sum must fit.
+
+    Examples
+    --------
+    >>> device_need([(0, 10), (1, 5), (0, 7)], 0)
+    (2, 17)
+    """
+    together = [need for where, need in needs if where == device]
+    return len(together), sum(together)
 
 
 class Engine:
@@ -164,18 +179,23 @@ class Engine:
                              self.slots_per_operand())
 
     def _check_memory(self) -> None:
+        """Collective: refuse blocks that do not fit, counting every rank on this device.
+
+        Ranks that share a device share its memory, and with weighted blocks
+        they need different amounts: the sum of their needs must fit.  Sets
+        :attr:`device_bytes`, that sum.
+        """
         backend, topo = self.backend, self.topo
-        need = self.needed_bytes()
-        # Ranks that share a device share its memory.
-        sharing = topo.node_comm.allgather(backend.device_id)
-        share = sharing.count(backend.device_id) if backend.on_gpu else topo.local_size
+        # On the CPU every rank of the node shares the host's memory.
+        device = backend.device_id if backend.on_gpu else None
+        ranks, self.device_bytes = device_need(topo.node_comm.allgather((device, self.needed_bytes())), device)
         free, _ = backend.memory_info()
         where = "device" if backend.on_gpu else "host"
         err = None
-        if need * share > free:
+        if self.device_bytes > free:
             err = InputError(
                 f"problem m={self.layout.m}, n={self.layout.n}, k={self.layout.k} {self.dtype.name} "
-                f"does not fit: {share} rank(s) per {where} need {need * share / 2**30:.2f} GiB of "
+                f"does not fit: {ranks} rank(s) per {where} need {self.device_bytes / 2**30:.2f} GiB of "
                 f"{where} memory, {free / 2**30:.2f} GiB available"
             )
         agree(topo.comm, err)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from .config import RunConfig
+from .errors import collective
 from .metadata import parallel_hdf5, topology_row, versions
+from .mps import detect
 from .placement import placement
 from .transport import decide
 
-__all__ = ["info_main", "gather_info"]
+__all__ = ["info_main", "gather_info", "mps_by_gpu"]
 
 
 def gather_info(config: RunConfig, comm: MPI.Comm) -> dict | None:
@@ -17,6 +19,8 @@ def gather_info(config: RunConfig, comm: MPI.Comm) -> dict | None:
     with placement(comm, config) as (topo, backend):
         row = topology_row(topo, backend)
         row["node_ranks"] = topo.local_size
+        with collective(topo.comm):
+            row["mps"] = detect(backend.device_id if backend.on_gpu else None)
         rows = topo.comm.gather(row, root=0)
         if topo.rank != 0:
             return None
@@ -36,7 +40,28 @@ def gather_info(config: RunConfig, comm: MPI.Comm) -> dict | None:
             "cuda_aware": awareness,
             "parallel_hdf5": parallel_hdf5(),
             "oversubscribed": shared,
+            "mps": mps_by_gpu(rows),
         }
+
+
+def mps_by_gpu(rows: list[dict]) -> list[tuple[str, int, list]]:
+    """Each GPU of the run (``GPU i of host``), how many ranks it holds, and their MPS states."""
+    gpus: dict = {}
+    for r in rows:
+        if r["gpu_index"] >= 0:
+            key = (r["host"], r["gpu_uuid"] or r["gpu_index"])
+            label = f"GPU {r['gpu_index']} of {r['host']}"
+            gpus.setdefault(key, (label, []))[1].append(r["mps"])
+    return [(label, len(states), states) for label, states in gpus.values()]
+
+
+def _mps_line(ranks: int, states: list) -> str:
+    """How the ranks of one GPU run: under MPS or not, and what said so."""
+    active = sum(s.active for s in states)
+    verdict = ("under MPS" if active == len(states) else "without MPS" if active == 0
+               else f"{active} of them under MPS")
+    details = sorted({f"{s.source}: {s.detail}" for s in states})
+    return f"{ranks} rank(s), {verdict} ({'; '.join(details)})"
 
 
 def info_main(config: RunConfig, comm: MPI.Comm) -> int:
@@ -57,6 +82,10 @@ def info_main(config: RunConfig, comm: MPI.Comm) -> int:
           f"driver {v['cuda_driver'] or '-'}")
     print(f"h5py / HDF5        {v['h5py']} / {v['hdf5']} (parallel HDF5: {'yes' if facts['parallel_hdf5'] else 'no'})")
     print(f"numpy / Python     {v['numpy']} / {v['python']}")
+    for label, ranks, states in facts["mps"]:
+        print(f"{'MPS':<19}{label}: {_mps_line(ranks, states)}")
+    if not facts["mps"]:
+        print("MPS                no GPU")
     for host, (ranks, gpus) in facts["oversubscribed"].items():
         print(f"note: {ranks} ranks share {gpus} GPU(s) on {host}")
     return 0

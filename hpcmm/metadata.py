@@ -70,6 +70,7 @@ def topology_row(topo, backend) -> dict:
     desc = backend.describe()
     return {
         "rank": topo.rank,
+        "launch_rank": topo.launch_rank,
         "host": topo.host,
         "local_rank": topo.local_rank,
         "local_size": topo.local_size,

@@ -6,21 +6,28 @@ device (:func:`~hpcmm.backend.make_backend`)::
 
     with placement(comm, config) as (topo, backend):   # collective
         ...
+
+A run may then place the same ranks on the grid in another order, one whose
+weighted blocks balance better (:mod:`hpcmm.arrangement`)::
+
+    with arranged(topo, config, order, grid) as grid_topo:   # collective
+        ...
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from mpi4py import MPI
 
 from .backend import Backend, make_backend
 from .config import RunConfig
 from .errors import InputError, agree, collective, raised_everywhere
+from .layout import Grid
 from .topology import Topology
 
-__all__ = ["placement"]
+__all__ = ["arranged", "placement"]
 
 
 @contextlib.contextmanager
@@ -57,3 +64,26 @@ def placement(comm: MPI.Comm, config: RunConfig) -> Iterator[tuple[Topology, Bac
             if backend is not None:
                 backend.close()
             topo.close()
+
+
+@contextlib.contextmanager
+def arranged(topo: Topology, config: RunConfig, order: Sequence[int], grid: Grid) -> Iterator[Topology]:
+    """Collective: the ranks of ``topo`` with launch rank ``order[p]`` at grid position ``p`` of ``grid``.
+
+    ``topo`` itself where ``order`` is its own and ``grid`` its shape; else a
+    topology of its own (nodes and devices as in ``topo``), freed on the way
+    out under the same rule as :func:`placement`'s.
+    """
+    if tuple(order) == tuple(range(topo.size)) and grid == topo.grid:
+        yield topo
+        return
+    ordered = Topology.create(topo.comm, config, order=order, grid=grid)
+    error = None
+    try:
+        yield ordered
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        if raised_everywhere(error):
+            ordered.close()

@@ -21,15 +21,16 @@ import numpy as np
 from mpi4py import MPI
 
 from . import h5io
+from .arrangement import Arrangement, arrange
 from .backend import host_memory
 from .clock import SharedClock, product_window
 from .config import RunConfig
 from .engine import PHASES, Engine, IterationTimes
 from .errors import InputError, VerificationError, agree, collective
 from .inputs import MatrixSource, check_pair, generate_block, open_source
-from .layout import Layout
+from .layout import Layout, predicted_imbalance
 from .metadata import topology_row, versions
-from .placement import placement
+from .placement import arranged, placement
 from .summary import gathered_figures, summary_figures
 from .threads import attributes as blas_attributes
 from .threads import limit_blas_threads
@@ -63,19 +64,25 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
     comm = comm if comm is not None else MPI.COMM_WORLD
     say = progress if (progress is not None and comm.Get_rank() == 0) else (lambda msg: None)
     sources = _check_before_work(comm, config, write)
-    with placement(comm, config) as (topo, backend), _blas_threads(topo):
-        config, layout = _problem(config, topo, backend, sources)
+    with placement(comm, config) as (launch, backend), _blas_threads(launch):
+        config, shape = _problem(config, backend, sources)
+        arrangement = arrange(launch.comm, launch.host, backend, config, shape)
+        if arrangement.hint:  # ranks share a GPU without MPS
+            say(arrangement.hint)
         awareness = decide(config.cuda_aware_mpi, option_source=config.origin("cuda_aware_mpi"))
-        if backend.on_gpu and not awareness.known and topo.vnode_count > 1:
+        if backend.on_gpu and not awareness.known and launch.vnode_count > 1:
             say(awareness.hint)
-        with Engine(topo, backend, layout, config, awareness.aware) as engine:
+        with arranged(launch, config, arrangement.order, arrangement.grid) as topo, \
+                Engine(topo, backend, _layout(topo, config, shape, arrangement), config, awareness.aware) as engine:
             _check_bookkeeping(topo, engine, config)
+            layout = engine.layout
             say(f"grid {topo.grid} | {layout.m}x{layout.k} @ {layout.k}x{layout.n} {config.dtype} | "
-                f"{backend.name} | panel {engine.panel}, {len(engine.plan)} step(s), prefetch {engine.prefetch}")
+                f"{backend.name} | panel {engine.panel}, {len(engine.plan)} step(s), prefetch {engine.prefetch}"
+                f" | balance {config.balance}")
             verify = _load_inputs(engine, config, sources, say)
             timings = _timed_products(engine, config, say)
             check = _verify(engine, config, verify)
-            result = _gather_and_write(engine, config, awareness, timings, check, write)
+            result = _gather_and_write(engine, config, Setup(awareness, arrangement), timings, check, write)
             _raise_if_wrong(check, result, config, write)
             return result
 
@@ -113,18 +120,29 @@ def _blas_threads(topo):
         setting.restore()
 
 
-def _problem(config: RunConfig, topo, backend, sources) -> tuple[RunConfig, Layout]:
-    """The sizes (from the files, or the device's default) and the layout; what the sizes rule out."""
+def _problem(config: RunConfig, backend, sources) -> tuple[RunConfig, tuple[int, int, int]]:
+    """The sizes: from the files, or the device's default."""
     if sources is not None:
-        m, n, k = check_pair(*sources)
-    else:
-        config = config.with_default_size(backend.on_gpu)
-        m, n, k = config.m, config.n, config.k
-    layout = Layout(m, n, k, topo.grid)
+        return config, check_pair(*sources)
+    config = config.with_default_size(backend.on_gpu)
+    return config, (config.m, config.n, config.k)
+
+
+def _layout(topo, config: RunConfig, shape: tuple[int, int, int], arrangement: Arrangement) -> Layout:
+    """Collective: the blocks of the arranged grid; what the sizes rule out."""
+    layout = arrangement.layout(*shape)
     if config.verify == "full":
         with collective(topo.comm):
-            check_full_size(m, n, k, config.dtype)
-    return config, layout
+            check_full_size(*shape, config.dtype)
+    return layout
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What the ranks decided before the products, for the results."""
+
+    awareness: CudaAwareness
+    arrangement: Arrangement
 
 
 #: Host bytes per step of one timed product that rank 0 holds for each rank once the products
@@ -152,7 +170,7 @@ def _check_bookkeeping(topo, engine: Engine, config: RunConfig) -> None:
     if topo.rank == 0:
         free = host_memory()[0]
         if not engine.backend.on_gpu:
-            free -= engine.needed_bytes() * topo.local_size  # the blocks share the host
+            free -= engine.device_bytes  # the blocks of the node's ranks share the host
         if need > free:
             error = InputError(
                 f"{steps} steps x {config.iters} timed product(s) x {topo.size} rank(s): the timings need "
@@ -290,7 +308,7 @@ class RankReport:
     memory: dict
 
 
-def _rank_report(engine: Engine, config: RunConfig, timings: Timings) -> RankReport:
+def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, timings: Timings) -> RankReport:
     rank, products, nsteps = engine.topo.rank, timings.products, len(engine.plan)
     timeline = None
     if config.timeline and products:
@@ -300,7 +318,7 @@ def _rank_report(engine: Engine, config: RunConfig, timings: Timings) -> RankRep
         ]) if any(len(t.timeline) for t in products) else np.zeros((0, 7))
     backend = engine.backend
     return RankReport(
-        topology=topology_row(engine.topo, backend),
+        topology=topology_row(engine.topo, backend) | arrangement.rank_facts(rank),
         iteration_seconds=np.array([t.seconds for t in products]),
         step_seconds=np.stack([t.steps for t in products]) if products else np.zeros((0, nsteps, len(PHASES))),
         host_seconds=np.stack([t.host for t in products]) if products else np.zeros((0, nsteps)),
@@ -313,16 +331,17 @@ def _rank_report(engine: Engine, config: RunConfig, timings: Timings) -> RankRep
     )
 
 
-def _results(engine: Engine, config: RunConfig, awareness: CudaAwareness, reports: list[RankReport],
+def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[RankReport],
              figures, summary: dict, clock_method: str) -> h5io.Results:
     """Rank 0: the results file's record."""
-    topo, layout, backend = engine.topo, engine.layout, engine.backend
+    topo, layout, backend, awareness = engine.topo, engine.layout, engine.backend, setup.awareness
     attributes = config.as_attributes()
     attributes.update(m=layout.m, n=layout.n, k=layout.k, grid=str(topo.grid), panel=engine.panel,
                       panel_auto=engine.panel_auto, prefetch=engine.prefetch, ring=engine.ring,
                       backend=backend.name, steps=len(engine.plan),
                       cuda_aware_mpi_decision=awareness.aware, cuda_aware_mpi_reason=awareness.reason,
                       ranks_per_node=topo.ranks_per_node or 0, nodes=topo.vnode_count)
+    attributes.update(setup.arrangement.attributes(layout))
     attributes.update(blas_attributes())
     timelines = [r.timeline for r in reports if r.timeline is not None]
     return h5io.Results(
@@ -348,12 +367,12 @@ def _results(engine: Engine, config: RunConfig, awareness: CudaAwareness, report
     )
 
 
-def _gather_and_write(engine: Engine, config: RunConfig, awareness: CudaAwareness, timings: Timings,
+def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: Timings,
                       check: Check | None, write: bool) -> RunResult:
     """Collective: rank 0 gathers every rank's report, works out the summary and (if ``write``) writes the file."""
     topo = engine.topo
     comm, rank = topo.comm, topo.rank
-    reports = comm.gather(_rank_report(engine, config, timings), root=0)
+    reports = comm.gather(_rank_report(engine, config, setup.arrangement, timings), root=0)
     summary = topology = tmp = error = None
     if rank == 0:
         try:
@@ -364,11 +383,12 @@ def _gather_and_write(engine: Engine, config: RunConfig, awareness: CudaAwarenes
                                       step_seconds=figures.step_seconds, host_seconds=figures.host_seconds,
                                       check=check, paths=figures.paths)
             summary.update(panel=engine.panel, prefetch=engine.prefetch,
-                           peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports))
+                           peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports),
+                           predicted_imbalance=predicted_imbalance(engine.layout), **setup.arrangement.summary())
             if write:
                 # Guarded: removed even should this process be killed while it writes.
                 tmp = h5io.temporary_path(config.out, guarded=True)
-                h5io.write_results(tmp, _results(engine, config, awareness, reports, figures, summary,
+                h5io.write_results(tmp, _results(engine, config, setup, reports, figures, summary,
                                                  timings.clock.method))
         except Exception as exc:  # noqa: BLE001 - every rank learns of it
             error = exc
@@ -383,7 +403,7 @@ def _gather_and_write(engine: Engine, config: RunConfig, awareness: CudaAwarenes
                 h5io.remove_temporary(tmp)  # gone already once published
         h5io.release_guard(tmp)
     summary, topology = comm.bcast((summary, topology), root=0)
-    return RunResult(summary, check, config.out if write else None, topology, awareness.reason)
+    return RunResult(summary, check, config.out if write else None, topology, setup.awareness.reason)
 
 
 def _write_c_and_publish(engine: Engine, config: RunConfig, tmp: str) -> None:

@@ -134,6 +134,21 @@ def _verification(s: dict) -> str:
     return text
 
 
+def _imbalance(s: dict) -> str:
+    """Measured GEMM imbalance, with the balance mode and what its layout predicted (where recorded)."""
+    measured = f"{100 * s['load_imbalance']:.1f} %"
+    if "balance" not in s:  # a file written before --balance
+        return measured
+    return f"{measured} measured, {100 * s['predicted_imbalance']:.1f} % predicted (balance {s['balance']})"
+
+
+def _mps(s: dict) -> str:
+    ranks = int(s["ranks_per_gpu"])
+    if ranks == 0:
+        return "- (no GPU)"
+    return f"{'yes' if s['mps'] else 'no'}, {ranks} rank(s) per GPU at most"
+
+
 def summary_rows(summary: dict) -> list[tuple[str, str]]:
     s = summary
     rows = [
@@ -141,9 +156,11 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
         ("seconds (median, min, max)", f"{s['seconds']:.4f}  {s['seconds_min']:.4f}  {s['seconds_max']:.4f}"),
         ("TFLOP/s total", f"{s['tflops']:.3f}"),
         ("TFLOP/s per rank", f"{s['tflops_per_rank']:.3f}"),
-        ("load imbalance", f"{100 * s['load_imbalance']:.1f} %"),
+        ("load imbalance", _imbalance(s)),
         ("exposed communication", f"{100 * s['exposed_comm_fraction']:.1f} % ({s['exposed_comm_seconds']:.4f} s)"),
     ]
+    if "ranks_per_gpu" in s:
+        rows.insert(1, ("MPS", _mps(s)))
     if "host_overhead_seconds" in s:
         rows.append(("host overhead", f"{100 * s['host_overhead_fraction']:.1f} % "
                                       f"({s['host_overhead_seconds']:.4f} s)"))

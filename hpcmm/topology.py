@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+from collections.abc import Sequence
 
 from mpi4py import MPI
 
@@ -52,19 +53,47 @@ class Topology:
     vnode: int
     vnode_count: int
     ranks_per_node: int | None
+    #: This rank's rank in the communicator the topology was made from (launch order).
+    launch_rank: int = 0
 
     @classmethod
-    def create(cls, comm: MPI.Comm, config: RunConfig) -> Topology:
+    def create(cls, comm: MPI.Comm, config: RunConfig, order: Sequence[int] | None = None,
+               grid: Grid | None = None) -> Topology:
         """Collective over ``comm``: split by node, by virtual node, and into the grid.
+
+        Parameters
+        ----------
+        comm : MPI.Comm
+            The ranks, in launch order.
+        config : RunConfig
+            ``grid`` (when ``grid`` is not given) and ``ranks_per_node``.
+        order : sequence of int, optional
+            ``order[p]`` is the rank of ``comm`` that takes rank ``p`` of the
+            topology, and so grid position ``p`` (:class:`~hpcmm.layout.GridFit`).
+            ``None``: launch order.  Nodes, virtual nodes and node-local ranks
+            follow the launch order either way, so a rank keeps the device it
+            was given.
+        grid : Grid, optional
+            The grid shape; ``None``: ``config.grid`` or ``MPI.Compute_dims``.
 
         Raises
         ------
         InputError
             For a grid that does not multiply to the rank count (on every rank).
         """
-        grid = choose_grid(comm.Get_size(), config.grid)  # same verdict on every rank
-        comm = comm.Dup()
-        node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+        size = comm.Get_size()
+        if grid is None:
+            grid = choose_grid(size, config.grid)  # same verdict on every rank
+        elif grid.size != size:
+            raise ValueError(f"a {grid} grid does not hold {size} ranks")
+        launch_rank = comm.Get_rank()
+        if order is None:
+            comm = comm.Dup()
+        else:
+            if sorted(order) != list(range(size)):
+                raise ValueError(f"grid order {tuple(order)} is not a permutation of {size} ranks")
+            comm = comm.Split(0, list(order).index(launch_rank))
+        node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=launch_rank)
         group = 0
         if config.ranks_per_node is not None:
             group = node_comm.Get_rank() // config.ranks_per_node
@@ -89,6 +118,7 @@ class Topology:
             vnode=vnode,
             vnode_count=len(ordered),
             ranks_per_node=config.ranks_per_node,
+            launch_rank=launch_rank,
         )
 
     @property

@@ -2,7 +2,7 @@
 
     python tests/mutation.py [--only NAME ...] [--limit SECONDS]
 
-For each mutation: copy ``hpcmm/``, ``tests/`` and ``pyproject.toml`` into a
+For each mutation: copy ``hpcmm/``, ``tests/``, ``data/`` and ``pyproject.toml`` into a
 temporary directory, apply the bug (an exact text replacement that must match
 once, so a mutation that no longer applies is reported, not silently
 skipped), run the tests that guard that figure there (with a time limit:
@@ -64,12 +64,50 @@ MUTATIONS = {
         "a_root = layout.b_k_owner(k0)",
         ["tests/test_summa_plan.py"],
     ),
+    "weighted blocks ignored": (
+        "hpcmm/arrangement.py",
+        "weights=self.weights if self.weighted else None)",
+        "weights=None)",
+        ["tests/test_arrangement.py"],
+    ),
+    "weights left in launch order": (
+        "hpcmm/arrangement.py",
+        "return tuple(self.balance.weights[i] for i in self.order)",
+        "return self.balance.weights",
+        ["tests/test_arrangement.py"],
+    ),
+    "ranks on one device: the largest need, not the sum": (
+        "hpcmm/engine.py",
+        "return len(together), sum(together)",
+        "return len(together), max(together, default=0)",
+        ["tests/test_arrangement.py"],
+    ),
+    "one rank under MPS counts for its GPU": (
+        "hpcmm/arrangement.py",
+        "return all(shared) if shared else",
+        "return any(shared) if shared else",
+        ["tests/test_arrangement.py"],
+    ),
+    "--balance takes any value": (
+        "hpcmm/config.py",
+        "        if self.balance not in BALANCE_MODES:\n",
+        "        if False:\n",
+        ["tests/test_config.py"],
+    ),
+    "grid order ignored when the ranks are placed": (
+        "hpcmm/topology.py",
+        "comm = comm.Split(0, list(order).index(launch_rank))",
+        "comm = comm.Split(0, launch_rank)",
+        ["tests/test_mpi_suite.py::test_mpi_suite[4]"],
+    ),
 }
 
 
 def _copy(scratch: Path) -> None:
     for name in ("hpcmm", "tests"):
         shutil.copytree(REPO / name, scratch / name, ignore=shutil.ignore_patterns("__pycache__", "*.h5"))
+    # The small input files the MPI tests read (tests/mpi: data/small.h5, ...).
+    shutil.copytree(REPO / "data", scratch / "data", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "pyproject.toml", scratch / "pyproject.toml")
 
 

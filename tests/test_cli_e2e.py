@@ -158,6 +158,7 @@ def test_one_process_without_mpiexec(tmp_path):
     (["--m", "0"], 4, "--m=0"),
     (["--grid", "3x3"], 4, "--grid=3x3: 3*3=9 does not match 4 ranks"),
     (["--dtype", "int8"], 2, "invalid choice: 'int8'"),
+    (["--balance", "fastest"], 3, "argument --balance: invalid choice: 'fastest'"),
     (["--a", "missing.h5:A", "--b", "missing.h5:B"], 2, "no such file"),
     (["--m", "8", "--n", "8", "--k", "8", "--panel", "9"], 2, "--panel=9: wider than k=8"),
 ])

@@ -36,6 +36,7 @@ BAD_CONFIGS = [
     ({"device": "tpu"}, "--device='tpu'"),
     ({"verify": "maybe"}, "--verify='maybe'"),
     ({"cuda_aware_mpi": "perhaps"}, "--cuda-aware-mpi='perhaps'"),
+    ({"balance": "fastest"}, "--balance='fastest': expected one of share, measured, none"),
     ({"panel": 0}, "--panel=0"),
     ({"prefetch": -1}, "--prefetch=-1"),
     ({"prefetch": 9}, "--prefetch=9: expected an integer from 0 to 8"),
@@ -167,6 +168,8 @@ def test_parse_matrix_source_rejects(text, why):
     ("HPCMM_TIMELINE", "YES", "timeline", True),
     ("HPCMM_TIMELINE", "0", "timeline", False),
     ("HPCMM_PREFETCH", "8", "prefetch", 8),
+    ("HPCMM_BALANCE", "measured", "balance", "measured"),
+    ("HPCMM_BALANCE", " None ", "balance", "none"),
 ])
 def test_environment_variables(name, text, field, value):
     assert name in ENVIRONMENT
@@ -184,6 +187,7 @@ def test_environment_variables(name, text, field, value):
     ("HPCMM_TIMELINE", "2"),
     # auto is no value of a yes/no setting (it used to switch the timeline off).
     ("HPCMM_TIMELINE", "auto"),
+    ("HPCMM_BALANCE", "equal"),
 ])
 def test_environment_bad_value_names_the_variable(name, text):
     with pytest.raises(InputError) as info:
@@ -272,6 +276,7 @@ def test_parse_run_options():
     (["--grid", "3"], "--grid='3'"),
     (["--a", "x.txt"], "--a='x.txt'"),
     (["--verify", "sometimes"], "invalid choice: 'sometimes'"),
+    (["--balance", "fastest"], "argument --balance: invalid choice: 'fastest'"),
     (["--m"], "expected one argument"),
     (["report"], "the following arguments are required: file"),
 ])
@@ -311,6 +316,9 @@ def test_version_flag(capsys):
     (["--no-timeline"], {"HPCMM_TIMELINE": "yes"}, "timeline", False),
     ([], {"HPCMM_RANKS_PER_NODE": "2"}, "ranks_per_node", 2),
     (["--ranks-per-node", "1"], {"HPCMM_RANKS_PER_NODE": "2"}, "ranks_per_node", 1),
+    ([], {}, "balance", "share"),
+    ([], {"HPCMM_BALANCE": "none"}, "balance", "none"),
+    (["--balance", "measured"], {"HPCMM_BALANCE": "none"}, "balance", "measured"),
 ])
 def test_config_from_precedence(argv, environ, field, expected):
     """Flag over environment over default."""
@@ -395,7 +403,8 @@ def test_every_option_has_help_and_value_options_say_their_default():
 
 
 @pytest.mark.parametrize("flag, field", [("--dtype", "dtype"), ("--seed", "seed"), ("--prefetch", "prefetch"),
-                                         ("--iters", "iters"), ("--warmup", "warmup"), ("--verify", "verify")])
+                                         ("--iters", "iters"), ("--warmup", "warmup"), ("--verify", "verify"),
+                                         ("--balance", "balance")])
 def test_help_shows_the_real_default(flag, field):
     action = next(a for a in _subparser("run")._actions if flag in a.option_strings)
     assert f"(default {getattr(RunConfig(), field)})" in action.help

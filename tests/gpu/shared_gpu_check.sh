@@ -9,7 +9,9 @@
 # tests/gpu/shared_gpu_probe.py at 3 ranks (MPS seen as expected, weighted product right).
 # The MPS daemon gets its own pipe and log directories under /tmp; it is started before the
 # MPS runs (its start is timed) and stopped after them, on success and on failure (trap).
-# Where hpcmm has no --balance option yet, the cases that need it are recorded as SKIP.
+# Each run's file must also say what ran: /summary balance as asked (share by default) and, where
+# ranks share a GPU, mps true with the daemon and false without it.  Where an hpcmm without the
+# --balance option runs this script, the cases that need it are recorded as SKIP.
 #
 #   SHARED_N (default 16384), SHARED_RANKS ("2 3 5 8"), SHARED_TIMEOUT (s per run, 300),
 #   SHARED_UNEVEN ("10007 6001 3001"), SHARED_PHASES ("off on") tune it.
@@ -104,18 +106,25 @@ run_case() {
     record "$mps" "$ranks" "$balance" "$name" FAIL - - - "rc=$rc $((SECONDS - t0))s"
     return
   fi
-  facts=$(python3 - "$out" <<'PY' 2>&1
+  facts=$(python3 - "$out" "$balance" "$mps" <<'PY' 2>&1
 import sys, h5py
+asked = "share" if sys.argv[2] == "default" else sys.argv[2]
 with h5py.File(sys.argv[1], "r") as f:
     s = f["summary"].attrs
     pred = s.get("predicted_imbalance")
     imb = f"{'-' if pred is None else f'{pred:.3f}'}/{s['load_imbalance']:.3f}"
-    print(f"{s['tflops']:.2f} {bool(s['verified'])} {imb}")
+    wrong = []
+    if "balance" in s and s["balance"] != asked:
+        wrong.append(f"balance={s['balance']}")
+    if "mps" in s and int(s["ranks_per_gpu"]) > 1 and bool(s["mps"]) != (sys.argv[3] == "on"):
+        wrong.append(f"mps={bool(s['mps'])}")
+    shown = f"mps={bool(s['mps'])},{int(s['ranks_per_gpu'])}/gpu" if "mps" in s else "-"
+    print(f"{s['tflops']:.2f} {bool(s['verified']) and not wrong} {imb} {shown}{' WRONG:' + ','.join(wrong) if wrong else ''}")
 PY
 )
-  read -r tflops verified imbalance <<< "$facts"
+  read -r tflops verified imbalance shown <<< "$facts"
   local status=PASS; [ "$verified" = True ] || status=FAIL
-  record "$mps" "$ranks" "$balance" "$name" "$status" "$tflops" "$verified" "$imbalance" "$((SECONDS - t0))s"
+  record "$mps" "$ranks" "$balance" "$name" "$status" "$tflops" "$verified" "$imbalance" "$((SECONDS - t0))s $shown"
 }
 
 probe() {  # probe MPS EXPECT_ACTIVE BALANCE
