@@ -55,6 +55,16 @@ class Topology:
     ranks_per_node: int | None
     #: This rank's rank in the communicator the topology was made from (launch order).
     launch_rank: int = 0
+    #: This rank and the rank count in ``comm``, and on its node (``node_comm``): fixed for
+    #: the topology's life, so read once.
+    rank: int = dataclasses.field(init=False)
+    size: int = dataclasses.field(init=False)
+    local_rank: int = dataclasses.field(init=False)
+    local_size: int = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.local_rank, self.local_size = self.node_comm.Get_rank(), self.node_comm.Get_size()
 
     @classmethod
     def create(cls, comm: MPI.Comm, config: RunConfig, order: Sequence[int] | None = None,
@@ -120,22 +130,6 @@ class Topology:
             ranks_per_node=config.ranks_per_node,
             launch_rank=launch_rank,
         )
-
-    @property
-    def rank(self) -> int:
-        return self.comm.Get_rank()
-
-    @property
-    def size(self) -> int:
-        return self.comm.Get_size()
-
-    @property
-    def local_rank(self) -> int:
-        return self.node_comm.Get_rank()
-
-    @property
-    def local_size(self) -> int:
-        return self.node_comm.Get_size()
 
     @property
     def coords(self) -> tuple[int, int]:
