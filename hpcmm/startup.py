@@ -101,6 +101,9 @@ def _write(line: str) -> None:
 def _stop(signum: int, sender: int) -> None:
     """Remove partial files, say so (see the module's rule on who speaks) and end the process."""
     _State.stopping.acquire()  # a second signal waits here until the first one has ended the process
+    # Whether the signal came during start-up is decided now: the main thread goes on while
+    # this one waits for MPI below, and may be past start-up by the time the line is written.
+    in_start_up = not _main_started.is_set()
     try:
         # A rank that ends before MPI_Init leaves the launcher waiting: let MPI start first (it
         # waits for the other ranks, so not for ever).
@@ -118,7 +121,7 @@ def _stop(signum: int, sender: int) -> None:
         if rank in (0, None) or not to_everyone:
             name = signal.Signals(signum).name
             who = f"rank {rank}: " if rank is not None and not to_everyone else ""
-            when = "" if _main_started.is_set() else " during start-up"
+            when = " during start-up" if in_start_up else ""
             path = published()
             outcome = f"the results were written to {path}" if path else "no results written"
             _write(f"hpcmm: {who}stopped by {name}{when}; {outcome}")
