@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import h5py
 import numpy as np
 import pytest
-from launcher import REPO, find_mpiexec, quiet_environment, run_launcher
+from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 from mpi4py import MPI
 
 import hpcmm
@@ -313,10 +313,7 @@ def test_bench_without_peers_notes_it(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def mpiexec() -> str:
-    found = find_mpiexec()
-    if found is None:
-        pytest.skip("no mpiexec beside this Python or on PATH (pip install -e '.[mpich]' brings one)")
-    return found
+    return mpiexec_or_skip()
 
 
 def _hpcmm(mpiexec, ranks, *args, cwd=REPO):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from launcher import mpiexec_or_skip, quiet_environment
-from ranklog import RUNNER, runner_argv
+from ranklog import RUNNER, descendants, runner_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 #: How long a job may take to end once a rank is gone or a signal is sent.
@@ -42,25 +42,6 @@ def _env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.update(extra)
     return env
-
-
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children", encoding="ascii") as f:
-                    kids = [int(p) for p in f.read().split()]
-            except OSError:
-                continue
-            found += kids
-            todo += kids
-    return found
 
 
 def _rank_of(pid: int) -> int | None:
@@ -107,7 +88,7 @@ class Job:
         deadline = time.monotonic() + START_WITHIN
         while time.monotonic() < deadline:
             pids = {}
-            for pid in _descendants(self.proc.pid):
+            for pid in descendants(self.proc.pid):
                 rank = _rank_of(pid)
                 if rank is not None:
                     pids[rank] = pid
@@ -160,7 +141,7 @@ class Job:
     def kill(self) -> None:
         """End what is left of this job: only the processes it started."""
         if self.proc.poll() is None:
-            for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+            for pid in [*descendants(self.proc.pid), self.proc.pid]:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:

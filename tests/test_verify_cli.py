@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import h5py
 import pytest
-from launcher import REPO, find_mpiexec, quiet_environment, run_launcher
+from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 from ranklog import runner_argv
 
 
 @pytest.fixture(scope="module")
 def mpiexec() -> str:
-    found = find_mpiexec()
-    if found is None:
-        pytest.skip("no mpiexec beside this Python or on PATH (pip install -e '.[mpich]' brings one)")
-    return found
+    return mpiexec_or_skip()
 
 
 def corrupted(mpiexec, ranks: int, rank: int, *args):

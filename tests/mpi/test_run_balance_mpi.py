@@ -30,6 +30,7 @@ from hpcmm.config import RunConfig
 from hpcmm.inputs import generate_block
 from hpcmm.layout import Grid, Layout, load_imbalance, predicted_imbalance
 from hpcmm.verify import tolerance
+from test_run_mpi import everywhere, on_rank0
 
 COMM = MPI.COMM_WORLD
 RANK = COMM.Get_rank()
@@ -37,24 +38,6 @@ P = COMM.Get_size()
 DEVICE = os.environ.get("HPCMM_DEVICE", "auto")
 #: GEMM rates (flop/s) the replaced timing reports, by launch rank: no two neighbours equal.
 RATES = (4e9, 1e9, 3e9, 2e9)
-
-
-def everywhere(ok: bool, message: str = "") -> None:
-    """Assert on every rank that every rank's ``ok`` holds; the message names the failing ranks."""
-    verdicts = COMM.allgather((bool(ok), message))
-    failed = [f"rank {r}: {m}" for r, (good, m) in enumerate(verdicts) if not good]
-    assert not failed, "; ".join(failed)
-
-
-def on_rank0(check) -> None:
-    """Run ``check()`` (which asserts) on rank 0 and share its outcome with every rank."""
-    message = ""
-    if RANK == 0:
-        try:
-            check()
-        except AssertionError as exc:
-            message = str(exc) or "assertion failed"
-    everywhere(not message, message)
 
 
 def shape() -> tuple[int, int, int]:

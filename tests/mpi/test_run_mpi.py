@@ -65,6 +65,19 @@ def on_rank0(check) -> None:
     everywhere(not message, message)
 
 
+def corrupt_last_rank(monkeypatch, delta: float) -> None:
+    """After every product, add ``delta`` to the last rank's C[0, 0] (where it holds a block)."""
+    original = Engine.multiply
+
+    def multiply(self, *args, **kwargs):
+        times = original(self, *args, **kwargs)
+        if RANK == P - 1 and self.C.size:
+            self.C[0, 0] += delta
+        return times
+
+    monkeypatch.setattr(Engine, "multiply", multiply)
+
+
 def config(tmp: Path, **kwargs) -> RunConfig:
     """A small checked run that saves C: one product, full verification."""
     base = dict(device=DEVICE, warmup=0, iters=1, verify="full", save_c=True, out=str(tmp / "result.h5"))
@@ -406,15 +419,7 @@ def test_bfloat16_inputs_raw_bits_and_float32(mpi_tmp_path):
 @pytest.mark.mpi(min_size=1)
 def test_bfloat16_wrong_element_fails(mpi_tmp_path, monkeypatch):
     """One wrong element of a bfloat16 C fails both checks on every rank."""
-    original = Engine.multiply
-
-    def multiply(self, *args, **kwargs):
-        times = original(self, *args, **kwargs)
-        if RANK == P - 1 and self.C.size:
-            self.C[0, 0] += 64.0
-        return times
-
-    monkeypatch.setattr(Engine, "multiply", multiply)
+    corrupt_last_rank(monkeypatch, 64.0)
     m, n, k = shape("uneven")
     for verify in ("freivalds", "full"):
         message = raised_everywhere(lambda: hpcmm.run(config(
@@ -467,15 +472,7 @@ def test_bad_settings_fail_on_every_rank(mpi_tmp_path):
 @pytest.mark.mpi(min_size=1)
 def test_wrong_block_on_one_rank_fails_everywhere(mpi_tmp_path, monkeypatch):
     """The last rank's C goes wrong: every rank raises VerificationError, and the file says so."""
-    original = Engine.multiply
-
-    def multiply(self):
-        times = original(self)
-        if RANK == P - 1 and self.C.size:
-            self.C[0, 0] += 1.0
-        return times
-
-    monkeypatch.setattr(Engine, "multiply", multiply)
+    corrupt_last_rank(monkeypatch, 1.0)
     m, n, k = shape("uneven")
     for verify in ("freivalds", "full"):
         out = mpi_tmp_path / f"{verify}.h5"
