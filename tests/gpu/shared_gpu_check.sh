@@ -14,7 +14,9 @@
 # --balance option runs this script, the cases that need it are recorded as SKIP.
 #
 #   SHARED_N (default 16384), SHARED_RANKS ("2 3 5 8"), SHARED_TIMEOUT (s per run, 300),
-#   SHARED_UNEVEN ("10007 6001 3001"), SHARED_PHASES ("off on") tune it.
+#   SHARED_UNEVEN ("10007 6001 3001"), SHARED_PHASES ("off on"), SHARED_BALANCES (the other
+#   balances run at 16384 beside the default: "none measured"; "" for none) and SHARED_UNEVEN_BALANCES
+#   (the balances of the verified uneven product: "default measured") tune it.
 #
 # Expects the kit of ../shared/device in .device/ (sourced in `system` mode) when it is there.
 # Logs, HDF5 files and the daemon's logs go to $OUT (or /tmp/hpcmm-shared); the table is
@@ -179,13 +181,15 @@ for phase in ${SHARED_PHASES:-off on}; do
   done
   for ranks in $RANKS; do
     [ "$ranks" -gt 2 ] || continue
-    run_case "$phase" "$ranks" none "$N" -- --m "$N" --n "$N" --k "$N"
-    run_case "$phase" "$ranks" measured "$N" -- --m "$N" --n "$N" --k "$N"
+    for balance in ${SHARED_BALANCES-none measured}; do
+      run_case "$phase" "$ranks" "$balance" "$N" -- --m "$N" --n "$N" --k "$N"
+    done
   done
   for ranks in $RANKS; do
     [ "$ranks" -gt 2 ] || continue
-    run_case "$phase" "$ranks" default uneven -- --m "$UM" --n "$UN" --k "$UK" --verify full
-    run_case "$phase" "$ranks" measured uneven -- --m "$UM" --n "$UN" --k "$UK" --verify full
+    for balance in ${SHARED_UNEVEN_BALANCES-default measured}; do
+      run_case "$phase" "$ranks" "$balance" uneven -- --m "$UM" --n "$UN" --k "$UK" --verify full
+    done
   done
   probe "$phase" "$([ "$phase" = on ] && echo 1 || echo 0)" share
   probe "$phase" "$([ "$phase" = on ] && echo 1 || echo 0)" measured
