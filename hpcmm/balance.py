@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
+import time
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import NamedTuple
@@ -177,16 +177,25 @@ def weights_for(mode: str, devices: Sequence[Hashable], rates: Sequence[float] |
     raise ValueError(f"--balance={mode!r}: expected one of {', '.join(MODES)}")
 
 
-def gemm_rate(backend, dtype: str, size: int = 2048, repeats: int = 4, rounds: int = 3,
-              tf32: bool = False, seed: int = 0) -> float:
-    """This rank's GEMM rate in flop/s: the median of ``rounds`` timings of ``repeats`` products.
+def gemm_rate(backend, dtype: str, size: int = 2048, window: float = 0.25, batch: int = 2,
+              tf32: bool = False, seed: int = 0, clock=time.perf_counter) -> float:
+    """This rank's GEMM throughput in flop/s: products completed per wall-clock second.
 
     ``size × size`` operands of random data in the run's element type and
     storage orders (A column-major, B and C row-major), one warm-up product
-    first.  Times with the backend's events on its compute stream, so on a
-    GPU the figure is what the device gave this rank, other ranks' kernels on
-    the same GPU included.  About 0.3 ms per float64 product of 2048 on an
-    H200, 3 × 32 MiB of memory.
+    first; then batches of ``batch`` products, each batch waited for, until
+    at least ``window`` seconds have passed.  The rate is the flops of the
+    completed products over the wall-clock time they took.
+
+    Why wall clock over a long window, not device events around a few
+    products: ranks that share a GPU without MPS take turns on it in time
+    slices of milliseconds, and a timing shorter than a slice sees the whole
+    GPU.  On 2 × H200 with 3 ranks (two on GPU 0, no MPS), 4 float64
+    products of 2048 timed by events (about 1.2 ms) gave weights 0.96, 0.99
+    and 1.0, where the run's own steps showed each sharing rank getting about
+    0.44 of a GPU.  When every rank starts together (a barrier) and measures
+    for at least ``window`` seconds, each rank's window overlaps all the
+    others', so a rate is what the rank gets while the others work too.
 
     Parameters
     ----------
@@ -194,33 +203,39 @@ def gemm_rate(backend, dtype: str, size: int = 2048, repeats: int = 4, rounds: i
         This rank's backend.
     dtype : str
         Element type of the run.
-    size, repeats, rounds : int
-        Operand size and how many products each of how many timings runs.
+    size : int
+        Operand order.
+    window : float
+        Least seconds of products to count (about 0.25 s at start-up).
+    batch : int
+        Products queued between waits; a rank's window ends at most one batch late.
     tf32 : bool
         Whether the run's float32 products use TF32.
     seed : int
         Seed of the random operands.
+    clock : callable
+        Seconds (``time.perf_counter``; tests pass their own).
     """
-    if size < 1 or repeats < 1 or rounds < 1:
-        raise ValueError(f"GEMM timing needs positive size, repeats and rounds, not {size}, {repeats}, {rounds}")
+    if size < 1 or batch < 1 or not window > 0:
+        raise ValueError(f"GEMM timing needs positive size, window and batch, not {size}, {window}, {batch}")
     rng = np.random.default_rng(seed)
     a = backend.from_host(np.asfortranarray(rng.standard_normal((size, size)).astype(dtype)), order="F")
     b = backend.from_host(rng.standard_normal((size, size)).astype(dtype), order="C")
     c = backend.empty((size, size), dtype, order="C")
     backend.gemm(a, b, c, accumulate=False, tf32=tf32)  # first call loads kernels, sets up the handle
     backend.synchronize()
-    flops = product_flops(size, size, size, dtype) * repeats
-    rates = []
-    for _ in range(rounds):
-        start = backend.event(backend.compute_stream)
-        for _ in range(repeats):
+    done = 0
+    start = clock()
+    while True:
+        for _ in range(batch):
             backend.gemm(a, b, c, accumulate=False, tf32=tf32)
-        stop = backend.event(backend.compute_stream)
-        backend.event_synchronize(stop)
-        seconds = backend.elapsed(start, stop)
-        rates.append(flops / seconds if seconds > 0 else math.inf)
+        backend.stream_synchronize(backend.compute_stream)
+        done += batch
+        seconds = clock() - start
+        if seconds >= window:
+            break
     del a, b, c
-    return float(statistics.median(rates))
+    return product_flops(size, size, size, dtype) * done / seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,7 +275,8 @@ def gather_balance(comm, mode: str, backend, host: str, dtype: str, tf32: bool =
     With ``measured`` all ranks start the timing together (a barrier), so
     ranks that share a GPU share it while they are timed; ``size`` is the
     operands' order (default 2048 on a GPU, where a product takes about a
-    third of a millisecond, and 256 on a CPU).  A failure on any rank (out of
+    third of a millisecond, and 256 on a CPU); every rank counts products for
+    at least a quarter of a second (:func:`gemm_rate`).  A failure on any rank (out of
     memory for the operands, a bad mode) raises the same error on every rank.
     """
     if size is None:

@@ -166,24 +166,51 @@ class CountingClock(CpuBackend):
         return 0.01 * (stop - start)
 
 
+class TickingClock:
+    """A clock that moves 10 ms for every GEMM the backend has run: a known rate."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def __call__(self):
+        return 0.01 * self.backend.gemms
+
+
 @pytest.mark.parametrize("dtype, per_product", [("float64", 2 * 24**3), ("float32", 2 * 24**3),
                                                 ("complex128", 8 * 24**3)])
-def test_gemm_rate_counts_flops_over_event_time(dtype, per_product):
+def test_gemm_rate_counts_flops_over_wall_time(dtype, per_product):
     backend = CountingClock()
-    rate = gemm_rate(backend, dtype, size=24, repeats=5, rounds=3)
+    rate = gemm_rate(backend, dtype, size=24, window=0.1, batch=3, clock=TickingClock(backend))
     assert rate == pytest.approx(per_product / 0.01)
-    assert backend.gemms == 1 + 5 * 3  # one warm-up
+    # One warm-up, then whole batches until the window (10 products) is full: 4 batches of 3.
+    assert backend.gemms == 1 + 12
     # The run's storage orders and element type.
     assert set(backend.products) == {(True, True, True, dtype)}
 
 
+def test_gemm_rate_sees_a_shared_device():
+    """Two ranks taking turns on one device: each one's rate is half of the device's."""
+    backend = CountingClock()
+    shared = TickingClock(backend)
+    alone = gemm_rate(backend, "float64", size=8, window=0.1, batch=1, clock=shared)
+    own_gemm = backend.gemm
+
+    def taking_turns(*args, **kwargs):  # the other rank's product runs after each of ours
+        own_gemm(*args, **kwargs)
+        backend.gemms += 1
+
+    backend.gemm = taking_turns
+    sharing = gemm_rate(backend, "float64", size=8, window=0.1, batch=1, clock=shared)
+    assert sharing == pytest.approx(alone / 2)
+
+
 def test_gemm_rate_on_the_cpu_is_a_rate():
     """The real clock: positive and finite (no claim about speed)."""
-    rate = gemm_rate(CpuBackend(), "float64", size=32, repeats=2, rounds=2)
+    rate = gemm_rate(CpuBackend(), "float64", size=32, window=0.01)
     assert np.isfinite(rate) and rate > 0
 
 
-@pytest.mark.parametrize("size, repeats, rounds", [(0, 1, 1), (8, 0, 1), (8, 1, 0)])
-def test_gemm_rate_refuses_empty_timings(size, repeats, rounds):
-    with pytest.raises(ValueError, match="positive size, repeats and rounds"):
-        gemm_rate(CpuBackend(), "float64", size=size, repeats=repeats, rounds=rounds)
+@pytest.mark.parametrize("size, window, batch", [(0, 0.1, 1), (8, 0.0, 1), (8, 0.1, 0)])
+def test_gemm_rate_refuses_empty_timings(size, window, batch):
+    with pytest.raises(ValueError, match="positive size, window and batch"):
+        gemm_rate(CpuBackend(), "float64", size=size, window=window, batch=batch)
