@@ -325,8 +325,10 @@ MEASURED = [
     ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, 0.01136),
     ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, 0.1013),
 ]
-#: Staged cases with concurrent transfers the model still predicts too fast (docs/scaling.md section 1).
-STAGED_OPEN = {(4, 8192, 2), (8, 4096, 2), (8, 8192, 4)}
+#: Staged cases still more than 15 % off with the chunk-pipeline model and that run's refitted staged
+#: figures (docs/scaling.md section 1): (ranks, m, rpn).  The second call measured the same cases
+#: 10-50 % faster; no calibration of that run can follow both (the section says why).
+STAGED_OPEN = {(2, 8192, 1), (8, 6001, 1), (8, 8192, 4)}
 
 
 def _measured_machine(kind):
