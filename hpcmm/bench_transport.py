@@ -11,10 +11,20 @@ transport classes the product uses:
 * ``staged``: device → pinned host → MPI → device (GPU).
 
 Beside them, measured in the same run: the device-to-device copy rate of one
-GPU (``d2d``), the peer copy between two GPUs inside one process (``peer``,
-``cudaMemcpyPeerAsync``: what IPC pulls should reach), and the raw MPI rate
-without hpcmm (``raw-mpi-device`` where MPI is CUDA-aware, ``raw-mpi-host``
-with host buffers).  GB/s are bytes moved ÷ seconds (each byte counted once).
+GPU (``d2d``), the copies between a GPU and pinned host memory (``d2h``,
+``h2d``: what each chunk of ``staged`` costs before and after MPI), the peer
+copy between two GPUs inside one process (``peer``, ``cudaMemcpyPeerAsync``:
+what IPC pulls should reach), and the raw MPI rate without hpcmm
+(``raw-mpi-device`` where MPI is CUDA-aware, ``raw-mpi-host`` with host
+buffers).  GB/s are bytes moved ÷ seconds (each byte counted once).
+
+On a GPU with 4 ranks or more, ``staged-xK`` times K staged transfers at once:
+the pairs (0, 1), (2, 3), … of the first 2K ranks each move the same size at
+the same time (K = 2 … P/2), as the leaders of a product's channels do; each
+receiver's time is a row.  ``model measure`` fits the host's aggregate from
+them (what all staged transfers of a host move together).
+
+    mpiexec -n 8 python -m hpcmm bench transport --sizes 4,16,64,128 --out links.h5
 """
 
 from __future__ import annotations
@@ -115,9 +125,20 @@ def _references(backend, sizes, rows) -> None:
     def peer_copy(nbytes):
         rt.memcpyPeerAsync(dst.data.ptr, here, far.data.ptr, other, nbytes, stream.ptr)
 
+    # the staged path's chunks go through pinned memory of the same kind (StagedBroadcast)
+    pinned = backend.pinned_empty(largest)
+
+    def to_host(nbytes):
+        rt.memcpyAsync(pinned.ctypes.data, src.data.ptr, nbytes, rt.memcpyDeviceToHost, stream.ptr)
+
+    def to_device(nbytes):
+        rt.memcpyAsync(dst.data.ptr, pinned.ctypes.data, nbytes, rt.memcpyHostToDevice, stream.ptr)
+
     with backend.device:
         for nbytes in sizes:
             rows.append(_event_timed(backend, "d2d", nbytes, local_copy))
+            rows.append(_event_timed(backend, "d2h", nbytes, to_host))
+            rows.append(_event_timed(backend, "h2d", nbytes, to_device))
             if far is not None:
                 rows.append(_event_timed(backend, "peer", nbytes, peer_copy))
 
@@ -160,6 +181,8 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
             if pair != MPI.COMM_NULL:
                 rows += _pair(backend, pair, peer, sizes, vnodes[0] == vnodes[peer], aware.aware)
                 pair.Free()
+        if backend.on_gpu:
+            rows += _staged_concurrent(backend, topo.comm, sizes)
         gathered = topo.comm.gather(rows, root=0)
     if comm.Get_rank() == 0:
         rows = [r for part in gathered for r in part]
@@ -243,6 +266,48 @@ def _pair(backend, pair: MPI.Comm, peer: int, sizes, same_node: bool, aware: boo
 
                 rows.append(_row(path, peer, nbytes, _median_seconds(backend, move, _reps(nbytes), pair)))
     return rows if me == 1 else []
+
+
+def _staged_concurrent(backend, comm: MPI.Comm, sizes) -> list[dict]:
+    """``staged-xK``: K staged transfers at once, pairs (0, 1) … (2K-2, 2K-1), K = 2 … P/2.
+
+    Collective over ``comm``: every rank passes the same barriers, the ranks
+    outside the K pairs idle; each pair's receiver returns its rows.
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    rows: list[dict] = []
+    if size < 4:
+        return rows
+    mover = StagedBroadcast(backend)
+    buf = backend.empty(max(sizes), np.uint8)
+    try:
+        for k in range(2, size // 2 + 1):
+            active = rank < 2 * k
+            pair = comm.Split(rank // 2 if active else MPI.UNDEFINED, rank % 2)
+            me = pair.Get_rank() if active else -1
+            for nbytes in sizes:
+                view = buf[:nbytes]
+                if me == 0:
+                    _fill(backend, view)
+                elif me == 1:
+                    view.fill(0)  # what the check finds must have come in this round
+                backend.synchronize()
+                if me == 0:
+                    fn = lambda v=view: mover.send(pair, v)  # noqa: E731
+                elif me == 1:
+                    fn = lambda v=view: mover.receive(pair, v)  # noqa: E731
+                else:
+                    fn = lambda: None  # noqa: E731
+                seconds = _median_seconds(backend, fn, _reps(nbytes), comm)  # one barrier over all ranks
+                if me == 1:
+                    backend.synchronize()
+                    _check(backend, view)
+                    rows.append(_row(f"staged-x{k}", rank, nbytes, seconds) | {"src": rank - 1})
+            if active:
+                pair.Free()
+    finally:
+        mover.close()
+    return rows
 
 
 def _fill(backend, buf) -> None:

@@ -52,7 +52,7 @@ from .summary import product_flops
 
 __all__ = [
     "ALGOS", "BUILTIN", "GemmCurve", "Machine", "Prediction", "Problem", "builtin",
-    "compute_dims", "fit_gemm_curve", "fit_link", "load_machine", "predict",
+    "compute_dims", "fit_gemm_curve", "fit_link", "fit_staged", "load_machine", "predict", "staged_seconds",
 ]
 
 #: Bytes per element; ``tf32`` is float32 on tensor cores, ``bfloat16`` a 2-byte type.
@@ -122,9 +122,17 @@ class Machine:
     nics_per_node : int
         NICs of a node; a rank uses NIC ``(local rank) % nics_per_node``.
     staged_gbps, staged_latency_us : float
-        The ``staged`` path (device → pinned host → MPI → device) of one pair.
+        The host MPI's rate and latency inside one ``staged`` transfer (device → pinned host →
+        MPI → device), its chunks' copies excluded: what one pair moves through the host.
     staged_host_gbps : float
-        What all staged transfers of one host move together (the host MPI).
+        What all staged transfers of one host move together (the host's memory and MPI):
+        k transfers at once each get ``min(staged_gbps, staged_host_gbps / k)``.
+    staged_chunk_bytes : int
+        Chunk of :class:`hpcmm.transport.mpi.StagedBroadcast`: the copies of one chunk
+        overlap the MPI transfer of the next, so a transfer costs the first chunk's copy
+        to the host, the MPI time of all chunks, then the last chunk's copy to the device.
+    host_copy_gbps : float
+        A copy between a device and pinned host memory (either way).
     bcast_efficiency, staged_bcast_efficiency : float
         Share of the link rate a receiver gets in a broadcast among more than two
         (``mpi`` and ``staged``): 0.5 for scatter + allgather; an MPI that segments
@@ -167,6 +175,8 @@ class Machine:
     staged_latency_us: float = 50.0
     staged_host_gbps: float = 20.0
     staged_bcast_efficiency: float = 0.5
+    staged_chunk_bytes: int = 32 << 20
+    host_copy_gbps: float = 25.0
     # What the code itself costs, and what sharing a device costs.
     cuda_aware: bool = True
     shared_mpi_us: float = 0.0
@@ -181,7 +191,7 @@ class Machine:
             if getattr(self, name) < 1:
                 raise InputError(f"machine {self.name}: {name}={getattr(self, name)} must be at least 1")
         for name in ("memory_gbps", "intra_gbps", "local_gbps", "net_gbps", "staged_gbps",
-                     "staged_host_gbps", "shared_device_efficiency",
+                     "staged_host_gbps", "host_copy_gbps", "staged_chunk_bytes", "shared_device_efficiency",
                      "bcast_efficiency", "staged_bcast_efficiency"):
             if not getattr(self, name) > 0:
                 raise InputError(f"machine {self.name}: {name}={getattr(self, name)} must be positive")
@@ -400,6 +410,35 @@ def _bcast_seconds(nbytes, size, gbps, latency_us, efficiency):
     return np.ceil(np.log2(size)) * latency_us * 1e-6 + factor * nbytes / (gbps * 1e9)
 
 
+def staged_copy_seconds(nbytes, machine: Machine):
+    """``(fill, drain)`` of one staged transfer of ``nbytes``: the first chunk's copy to the host
+    before the host MPI starts, the last chunk's copy to the device after it ends.
+
+    The copies of the chunks between overlap the MPI transfer of the chunk before
+    (:class:`hpcmm.transport.mpi.StagedBroadcast` keeps two pinned buffers per side).
+
+    >>> m = Machine("x", host_copy_gbps=32.0, staged_chunk_bytes=32 << 20)
+    >>> [round(float(x) * 1e3, 3) for x in staged_copy_seconds(80 << 20, m)]  # 32 MiB first, 16 MiB last
+    [1.049, 0.524]
+    """
+    nbytes = np.asarray(nbytes, dtype=float)
+    chunk = float(machine.staged_chunk_bytes)
+    first = np.minimum(nbytes, chunk)
+    last = nbytes - np.maximum(np.ceil(nbytes / chunk) - 1, 0) * chunk
+    rate = machine.host_copy_gbps * 1e9
+    return first / rate, last / rate
+
+
+def staged_seconds(nbytes, machine: Machine, concurrent=1):
+    """One staged transfer between two ranks, end to end (what ``bench transport`` times), while
+    ``concurrent`` staged transfers (this one included) share the host:
+    latency + first chunk's copy + ``nbytes / min(staged_gbps, staged_host_gbps / concurrent)``
+    + last chunk's copy."""
+    fill, drain = staged_copy_seconds(nbytes, machine)
+    gbps = np.minimum(machine.staged_gbps, machine.staged_host_gbps / np.maximum(concurrent, 1))
+    return machine.staged_latency_us * 1e-6 + fill + np.asarray(nbytes, float) / (gbps * 1e9) + drain
+
+
 # -- the simulation ---------------------------------------------------------------------
 
 
@@ -611,6 +650,11 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                 # the panel's bytes: the root's (receivers all get the same panel)
                 size = _group_max(nbytes, ro.comm, ro.bcast)
                 end = start + _bcast_seconds(size, ro.bcast_size, slowest, lat, eff)
+                if staged:
+                    # StagedBroadcast: the root copies the first chunk to the host before MPI
+                    # starts; the later chunks' copies overlap the MPI transfer of the one before.
+                    fill, drain = staged_copy_seconds(size, machine)
+                    end = end + fill
                 if on_gpu and not staged:
                     # Each round of the tree is a device copy the host waits for.  On a device
                     # time-sliced by S ranks it runs only in its context's turn, after the other
@@ -621,9 +665,11 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                     lost = rounds * others * machine.shared_mpi_us * 1e-6
                     end = end + lost
                     gemm[:, f] += np.where(ro.bcast, lost, 0.0)
-                # (staged: the chunks' copies overlap the transfers; staged_gbps is measured end to end)
                 new_host = np.where(ro.bcast, end, new_host)
                 done = np.maximum(end, stream) if on_gpu else end
+                if staged:
+                    # the receiver's last chunk goes to the device on its stream, after the host is free
+                    done = done + drain
                 rdy = np.where(leaders, done, rdy)
                 new_stream = np.where(leaders, done, new_stream)
                 bytes_by_path[path_net] = bytes_by_path.get(path_net, 0.0) + nbytes[leaders].sum()
@@ -805,6 +851,46 @@ def fit_link(samples) -> tuple[float, float]:
     return float(1.0 / inv / 1e9), float(max(lat, 0.0) * 1e6)
 
 
+def fit_staged(single, concurrent, copy_gbps: float, chunk_bytes: int) -> tuple[float, float, float | None]:
+    """The staged path's figures from ``bench transport``: ``(staged_gbps, staged_latency_us,
+    staged_host_gbps)``.
+
+    Parameters
+    ----------
+    single : list of (bytes, seconds)
+        One pair alone (path ``staged``), each transfer timed end to end.
+    concurrent : dict of int to list of (bytes, seconds)
+        ``k`` pairs at once (paths ``staged-xK``): each receiver's time.
+    copy_gbps, chunk_bytes : float, int
+        The device ↔ pinned host copy rate and the transfer's chunk: the first and last
+        chunk's copies (:func:`staged_copy_seconds`) are taken off each time before the
+        host MPI's rate and latency are fitted (:func:`fit_link`).
+
+    Returns
+    -------
+    The per-transfer rate and latency of one pair, and what the host moves with every
+    pair busy: the largest ``k × rate`` over the concurrent runs (None without them).
+    A host not saturated by ``k`` pairs gives a lower bound, which is what the model
+    needs up to ``k`` transfers at once.
+    """
+    probe = Machine("fit", host_copy_gbps=copy_gbps, staged_chunk_bytes=int(chunk_bytes))
+
+    def net(samples):
+        out = []
+        for nbytes, seconds in samples:
+            fill, drain = staged_copy_seconds(nbytes, probe)
+            left = seconds - float(fill) - float(drain)
+            out.append((nbytes, left if left > 0 else seconds))  # copies slower than assumed: keep the raw time
+        return out
+
+    gbps, lat = fit_link(net(single))
+    host = None
+    for k, samples in sorted(concurrent.items()):
+        if k >= 2 and samples:
+            host = max(host or 0.0, k * fit_link(net(samples))[0])
+    return gbps, lat, host
+
+
 def fit_gemm_curve(samples, dtype: str, memory_gbps: float, accumulate_passes: float = 2.0) -> GemmCurve:
     """Fit a :class:`GemmCurve` to ``(m, n, w, accumulate, seconds)`` samples of one type.
 
@@ -863,9 +949,13 @@ def add_model_parser(sub, argtype_int) -> None:
     p.add_argument("--algo", default="summa", help="summa (as built), split-relay, 2.5d, 2.5d:C, auto")
     p.add_argument("--cuda-aware", choices=("yes", "no"), default=None, help="default: the machine's")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
-    p.add_argument("--transport", metavar="FILE.h5", help="measure: a `bench transport` file for the links")
+    p.add_argument("--transport", metavar="FILE.h5[,FILE.h5]",
+                   help="measure: `bench transport` file(s) for the links (several pairs at once: staged-xK rows)")
     p.add_argument("--dtypes", default=None, help="measure: types of the GEMM sweep (default float64,float32)")
     p.add_argument("--save", metavar="FILE.json", help="measure: where to write the description")
+    p.add_argument("--sweep-seconds", type=float, default=None, metavar="S",
+                   help="measure: seconds each GEMM shape runs back to back (default 0.3 on a GPU, 0.02 on a "
+                        f"CPU; the whole sweep stays within {SWEEP_BUDGET_SECONDS:g} s)")
     p.add_argument("--nodes", default="1,2,4,8,16,32,64", help="scaling: node counts")
     p.add_argument("--sizes", default="16384,32768,65536,131072,262144", help="scaling: sizes")
 
@@ -935,15 +1025,34 @@ def _attr(value):
     return value.decode() if isinstance(value, bytes) else value
 
 
-def check_table(files, machine: Machine) -> str:
-    """Predicted against measured for hpcmm results files: one row per file, the error last."""
+@dataclasses.dataclass(frozen=True)
+class CheckRow:
+    """One measured results file against its prediction (:func:`check_rows`)."""
+
+    path: str
+    problem: Problem
+    ranks: int
+    ranks_per_node: int
+    algo: str
+    paths: str
+    measured: float
+    predicted: float
+    #: what identifies the run apart from its algorithm (files equal in it are repeats or algorithm pairs)
+    setup: tuple
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1
+
+
+def check_rows(files, machine: Machine) -> list[CheckRow]:
+    """Read each results file's problem, placement and algorithm (``/summary`` ``algo``,
+    ``summa`` when absent) and predict it."""
     import h5py  # noqa: PLC0415
 
     if not files:
         raise InputError("model check: give the results files (FILE.h5 ...) of measured runs")
-    rows, worst = [], 0.0
-    head = (f"{'case':<34}{'ranks':>6}{'rpn':>5}{'paths':>12}{'measured s':>12}{'predicted s':>13}"
-            f"{'error':>8}{'meas. TF':>10}{'pred. TF':>10}")
+    rows = []
     for path in files:
         try:
             with h5py.File(path, "r") as f:
@@ -956,18 +1065,86 @@ def check_table(files, machine: Machine) -> str:
         dtype = "tf32" if bool(cfg.get("tf32")) else cfg["dtype"]
         prob = Problem(int(cfg["m"]), int(cfg["n"]), int(cfg["k"]), dtype)
         rpn = int(cfg.get("ranks_per_node") or 0) or None
-        pred = predict(prob, ranks, machine, ranks_per_node=rpn, ranks_per_host=local,
-                       grid=_parse_grid(cfg["grid"]), panel=int(cfg["panel"]), prefetch=int(cfg["prefetch"]),
-                       cuda_aware=bool(cfg.get("cuda_aware_mpi_decision", True)))
-        measured = float(summ["seconds"])
-        err = pred.seconds / measured - 1
-        worst = max(worst, abs(err))
+        algo = str(summ.get("algo") or "summa")
+        aware = bool(cfg.get("cuda_aware_mpi_decision", True))
+        grid = _parse_grid(cfg["grid"]) if algo == "summa" else None  # 2.5d: the layers' own grids
+        pred = predict(prob, ranks, machine, ranks_per_node=rpn, ranks_per_host=local, grid=grid,
+                       panel=int(cfg["panel"]), prefetch=int(cfg["prefetch"]), algo=algo, cuda_aware=aware)
         paths = summ.get("paths")
         paths = ",".join(_attr(p) for p in paths) if paths is not None and len(paths) else "-"
-        label = f"{prob.m}x{prob.n}x{prob.k} {dtype}"
-        rows.append(f"{label:<34}{ranks:>6}{rpn or local:>5}{paths:>12}{measured:>12.4g}{pred.seconds:>13.4g}"
-                    f"{100 * err:>7.1f}%{prob.flops / measured / 1e12:>10.3g}{pred.tflops:>10.3g}")
-    return "\n".join([head, *rows, f"worst error {100 * worst:.1f} % over {len(rows)} case(s), machine {machine.name}"])
+        setup = (prob, ranks, rpn or local, local, int(cfg["prefetch"]), aware)
+        rows.append(CheckRow(str(path), prob, ranks, rpn or local, algo, paths, float(summ["seconds"]),
+                             pred.seconds, setup))
+    return rows
+
+
+def check_table(files, machine: Machine) -> str:
+    """Predicted against measured for hpcmm results files: one row per file, the error last;
+    then the spread of repeated runs, and the gain of each algorithm over ``summa`` measured
+    beside predicted where files differ only in the algorithm."""
+    rows = check_rows(files, machine)
+    head = (f"{'case':<34}{'algo':>8}{'ranks':>6}{'rpn':>5}{'paths':>12}{'measured s':>12}{'predicted s':>13}"
+            f"{'error':>8}{'meas. TF':>10}{'pred. TF':>10}")
+    out = [head]
+    for r in rows:
+        p = r.problem
+        label = f"{p.m}x{p.n}x{p.k} {p.dtype}"
+        pred_tf = p.flops / r.predicted / 1e12 if 0 < r.predicted < math.inf else 0.0
+        out.append(f"{label:<34}{r.algo:>8}{r.ranks:>6}{r.ranks_per_node:>5}{r.paths:>12}{r.measured:>12.4g}"
+                   f"{r.predicted:>13.4g}{100 * r.error:>7.1f}%{p.flops / r.measured / 1e12:>10.3g}{pred_tf:>10.3g}")
+    worst = max(abs(r.error) for r in rows)
+    out.append(f"worst error {100 * worst:.1f} % over {len(rows)} case(s), machine {machine.name}")
+    out += _repeat_lines(rows) + _gain_lines(rows)
+    return "\n".join(out)
+
+
+def _label(r: CheckRow) -> str:
+    p = r.problem
+    return f"{p.m}x{p.n}x{p.k} {p.dtype} {r.ranks} ranks rpn {r.ranks_per_node}"
+
+
+def _repeat_lines(rows) -> list[str]:
+    """Runs of one setup and algorithm measured more than once: their spread (max ÷ min − 1)."""
+    groups: dict[tuple, list[CheckRow]] = {}
+    for r in rows:
+        groups.setdefault((r.setup, r.algo), []).append(r)
+    lines = []
+    for group in groups.values():
+        if len(group) > 1:
+            t = sorted(r.measured for r in group)
+            lines.append(f"{_label(group[0]) + ' ' + group[0].algo:<52} {len(t)} runs: min {t[0]:.4g} s, median "
+                         f"{float(np.median(t)):.4g} s, max {t[-1]:.4g} s, spread {100 * (t[-1] / t[0] - 1):.1f} %")
+    return ["", "repeated runs:", *lines] if lines else []
+
+
+def gain_rows(rows) -> list[tuple[str, str, float, float]]:
+    """``(case, algo, measured gain, predicted gain)`` for every algorithm run beside ``summa`` on the
+    same setup; gain = time of summa ÷ time of the algorithm − 1 (medians where repeated)."""
+    groups: dict[tuple, dict[str, list[CheckRow]]] = {}
+    for r in rows:
+        groups.setdefault(r.setup, {}).setdefault(r.algo, []).append(r)
+    out = []
+    for by_algo in groups.values():
+        if "summa" not in by_algo:
+            continue
+        base = by_algo["summa"]
+        t_base = float(np.median([r.measured for r in base]))
+        p_base = base[0].predicted
+        for algo, runs in sorted(by_algo.items()):
+            if algo != "summa":
+                t = float(np.median([r.measured for r in runs]))
+                out.append((_label(base[0]), algo, t_base / t - 1, p_base / runs[0].predicted - 1))
+    return out
+
+
+def _gain_lines(rows) -> list[str]:
+    gains = gain_rows(rows)
+    if not gains:
+        return []
+    lines = ["", f"{'gain over summa':<44}{'algo':>8}{'measured':>10}{'predicted':>11}{'difference':>12}"]
+    for label, algo, meas, pred in gains:
+        lines.append(f"{label:<44}{algo:>8}{100 * meas:>9.1f}%{100 * pred:>10.1f}%{100 * (pred - meas):>9.1f} pp")
+    return lines
 
 
 def scaling_tables(machine: Machine, dtype: str, nodes, sizes) -> str:
@@ -1021,10 +1198,19 @@ def measure_main(ns, comm) -> int:
             if t not in ITEMSIZE or t == "bfloat16":
                 raise InputError(f"--dtypes: {t!r} cannot be measured here (have {', '.join(ITEMSIZE)} but bfloat16)")
         samples = {t: [] for t in dtypes}
+        shapes = _sweep_shapes(backend.on_gpu)
+        kind = "gpu" if backend.on_gpu else "cpu"
+        per_shape = getattr(ns, "sweep_seconds", None) or SWEEP_SECONDS[kind]
+        # the sweep's bound: every sample gets the same share of it
+        per_shape = min(per_shape, SWEEP_BUDGET_SECONDS / max(1, 2 * len(shapes) * len(dtypes)))
+        if SWEEP_WARMUP[kind]:
+            # bring the device to the clock it holds under load before the first sample
+            _time_gemm(backend, comm, *max(shapes, key=lambda s: s[0] * s[1] * s[2]), dtypes[0], True,
+                       SWEEP_WARMUP[kind])
         for t in dtypes:
-            for m, n, w in _sweep_shapes(backend.on_gpu):
+            for m, n, w in shapes:
                 for acc in (False, True):
-                    samples[t].append((m, n, w, acc, _time_gemm(backend, comm, m, n, w, t, acc)))
+                    samples[t].append((m, n, w, acc, _time_gemm(backend, comm, m, n, w, t, acc, per_shape)))
         mem = _time_copy(backend, comm)
         sharers = _sharers(backend, node)
     finally:
@@ -1057,25 +1243,57 @@ def _sharers(backend, node) -> int:
     return node.allgather(ident).count(ident)
 
 
-def _time_gemm(backend, comm, m, n, w, dtype, acc, reps: int = 5) -> float:
+#: Seconds each shape of the GEMM sweep runs back to back, GPU and CPU: a device boosts its
+#: clock after idle gaps and settles under load; products run their GEMMs back to back.
+SWEEP_SECONDS = {"gpu": 0.3, "cpu": 0.02}
+#: Upper bound of the whole sweep (all types, both accumulate modes): the per-shape time shrinks to fit.
+SWEEP_BUDGET_SECONDS = 60.0
+#: Batches per shape (the median is kept) and seconds of load before the sweep.
+SWEEP_BATCHES = 3
+SWEEP_WARMUP = {"gpu": 1.0, "cpu": 0.0}
+
+
+def sweep_calls(first_call_seconds: float, seconds: float, batches: int = SWEEP_BATCHES) -> int:
+    """Calls per batch so that ``batches`` batches run about ``seconds`` back to back.
+
+    >>> sweep_calls(0.002, 0.3), sweep_calls(0.5, 0.3), sweep_calls(0.0, 0.3)
+    (50, 1, 1000)
+    """
+    per_batch = seconds / max(batches, 1)
+    return max(1, min(1000, math.ceil(per_batch / first_call_seconds) if first_call_seconds > 0 else 1000))
+
+
+def _time_gemm(backend, comm, m, n, w, dtype, acc, seconds: float) -> float:
+    """Seconds of one call at the rate the device holds when GEMMs run back to back.
+
+    A first call (synchronized) sizes the batches; then :data:`SWEEP_BATCHES` batches
+    of that many calls are queued without a pause, timed by events around each
+    batch; the median per call is returned.  All ranks run at once and the same
+    number of calls (a device shared by several ranks is shared here too).
+    """
+    from mpi4py import MPI  # noqa: PLC0415
+
     np_dtype = "float32" if dtype == "tf32" else dtype
-    xp = backend.xp
     rng = np.random.default_rng(1)
     a = backend.from_host(np.asfortranarray(rng.random((m, w)).astype(np_dtype)), order="F")
     b = backend.from_host(rng.random((w, n)).astype(np_dtype))
     c = backend.empty((m, n), np_dtype)
     c.fill(0)
-    times = []
     stream = getattr(backend, "compute_stream", None)
-    for i in range(reps + 1):
-        comm.Barrier()  # all ranks at once: a device shared by several ranks is shared here too
+
+    def batch(calls: int) -> float:
+        comm.Barrier()
         t0 = backend.event(stream)
-        backend.gemm(a, b, c, accumulate=acc, stream=stream, tf32=dtype == "tf32")
+        for _ in range(calls):
+            backend.gemm(a, b, c, accumulate=acc, stream=stream, tf32=dtype == "tf32")
         t1 = backend.event(stream)
         backend.event_synchronize(t1)
-        if i:
-            times.append(backend.elapsed(t0, t1))
-    del a, b, c, xp
+        return backend.elapsed(t0, t1) / calls
+
+    first = comm.allreduce(batch(1), op=MPI.MAX)
+    calls = sweep_calls(first, seconds)
+    times = [batch(calls) for _ in range(SWEEP_BATCHES)]
+    del a, b, c
     return float(np.median(times))
 
 
@@ -1108,19 +1326,41 @@ def _meminfo():
     return _meminfo_available()
 
 
-def _read_transport(path: str) -> dict:
+def _read_transport(spec: str) -> tuple[dict, dict]:
+    """Rows of ``bench transport`` files (``spec``: one or several, comma separated), by path.
+
+    Returns ``(links, staged)``: ``links`` maps a path to ``(GB/s, latency µs)`` of
+    :func:`fit_link`, from the pair 0 → 1 where the file has it (a file of more
+    ranks also times pairs that share a device); ``staged`` holds the raw
+    ``(bytes, seconds)`` of ``staged`` (``single``) and of ``staged-xK`` (``concurrent``, by K)
+    for :func:`fit_staged`.
+    """
+    import re  # noqa: PLC0415
+
     import h5py  # noqa: PLC0415
 
-    try:
-        with h5py.File(path, "r") as f:
-            table = f["transport"][()]
-    except (OSError, KeyError) as exc:
-        raise InputError(f"--transport={path}: not a `bench transport` file ({exc})") from None
-    links: dict[str, list] = {}
-    for row in table:
-        name = _attr(row["path"])
-        links.setdefault(name, []).append((float(row["bytes"]), float(row["seconds"])))
-    return {name: fit_link(v) for name, v in links.items()}
+    rows = []
+    for path in spec.split(","):
+        try:
+            with h5py.File(path, "r") as f:
+                rows += [(_attr(r["path"]), int(r["dst"]), float(r["bytes"]), float(r["seconds"]))
+                         for r in f["transport"][()]]
+        except (OSError, KeyError, ValueError) as exc:
+            raise InputError(f"--transport={path}: not a `bench transport` file ({exc})") from None
+    by_path: dict[str, list] = {}
+    for name, dst, nbytes, seconds in rows:
+        by_path.setdefault(name, []).append((dst, nbytes, seconds))
+    links, staged = {}, {"single": [], "concurrent": {}}
+    for name, found in by_path.items():
+        many = re.fullmatch(r"staged-x(\d+)", name)
+        if many:
+            staged["concurrent"].setdefault(int(many.group(1)), []).extend((b, t) for _, b, t in found)
+            continue
+        first = [(b, t) for d, b, t in found if d in (1, -1)] or [(b, t) for _, b, t in found]
+        links[name] = fit_link(first)
+        if name == "staged":
+            staged["single"] = first
+    return links, staged
 
 
 def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, ranks) -> Machine:
@@ -1147,8 +1387,8 @@ def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, rank
         fields.update(devices_per_node=_cores(), nics_per_node=1, hosts=1, cuda_aware=True,
                       memory_gib=(_meminfo() or 8 * 2**30) / 2**30)
     if transport:
-        links = _read_transport(transport)
-        for path, key in (("ipc", "intra"), ("shm", "intra"), ("mpi", "net"), ("staged", "staged")):
+        links, staged = _read_transport(transport)
+        for path, key in (("ipc", "intra"), ("shm", "intra"), ("mpi", "net")):
             if path in links:
                 gbps, lat = links[path]
                 fields[f"{key}_gbps"], fields[f"{key}_latency_us"] = gbps, lat
@@ -1156,4 +1396,15 @@ def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, rank
             fields["local_gbps"] = links["d2d"][0]
         if not on_gpu and "shm" in links:
             fields["local_gbps"] = links["shm"][0]
+        copies = [links[p][0] for p in ("d2h", "h2d") if p in links]
+        if copies:
+            fields["host_copy_gbps"] = min(copies)
+        if staged["single"]:
+            # the host MPI's share of a staged transfer: the chunk copies the model adds itself are taken off
+            gbps, lat, host = fit_staged(staged["single"], staged["concurrent"],
+                                         fields.get("host_copy_gbps", Machine.host_copy_gbps),
+                                         fields.get("staged_chunk_bytes", Machine.staged_chunk_bytes))
+            fields.update(staged_gbps=gbps, staged_latency_us=lat)
+            if host is not None:
+                fields["staged_host_gbps"] = host
     return Machine(**fields)

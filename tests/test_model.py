@@ -325,8 +325,10 @@ MEASURED = [
     ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, 0.01136),
     ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, 0.1013),
 ]
-#: Staged cases with concurrent transfers the model still predicts too fast (docs/scaling.md section 1).
-STAGED_OPEN = {(4, 8192, 2), (8, 4096, 2), (8, 8192, 4)}
+#: Staged cases still more than 15 % off with the chunk-pipeline model and that run's refitted staged
+#: figures (docs/scaling.md section 1): (ranks, m, rpn).  The second call measured the same cases
+#: 10-50 % faster; no calibration of that run can follow both (the section says why).
+STAGED_OPEN = {(2, 8192, 1), (8, 6001, 1), (8, 8192, 4)}
 
 
 def _measured_machine(kind):
@@ -375,3 +377,103 @@ def test_cuda_aware_broadcast_on_time_sliced_devices():
     one = predict(prob, 2, machine, ranks_per_node=1, cuda_aware=True)
     assert one.seconds == pytest.approx(predict(prob, 2, machine.replace(shared_mpi_us=0.0),
                                                 ranks_per_node=1, cuda_aware=True).seconds)
+
+
+def test_staged_chunk_is_the_transports():
+    """The model's chunk pipeline uses StagedBroadcast's own chunk."""
+    import inspect
+
+    from hpcmm.transport.mpi import StagedBroadcast
+
+    default = inspect.signature(StagedBroadcast.__init__).parameters["chunk"].default
+    assert model.Machine("x").staged_chunk_bytes == default
+
+
+def test_fit_staged_recovers_rate_latency_and_host_aggregate():
+    """Times made by the model's own staged pipeline (copies of the first and last chunk, host MPI
+    shared by k transfers) give back the figures they were made from."""
+    truth = model.Machine("t", staged_gbps=7.0, staged_latency_us=40.0, staged_host_gbps=11.0,
+                          host_copy_gbps=30.0)
+    sizes = [s << 20 for s in (1, 4, 16, 64, 128, 256)]
+    single = [(b, float(model.staged_seconds(b, truth))) for b in sizes]
+    concurrent = {k: [(b, float(model.staged_seconds(b, truth, concurrent=k))) for b in sizes] for k in (2, 3, 4)}
+    gbps, lat, host = model.fit_staged(single, concurrent, truth.host_copy_gbps, truth.staged_chunk_bytes)
+    assert gbps == pytest.approx(7.0, rel=1e-6) and lat == pytest.approx(40.0, rel=1e-4)
+    assert host == pytest.approx(11.0, rel=1e-6)
+    # no concurrent rows: no aggregate; the end-to-end rate is below the host MPI's (copies on top)
+    assert model.fit_staged(single, {}, 30.0, truth.staged_chunk_bytes)[2] is None
+    assert single[-1][0] / single[-1][1] / 1e9 < 7.0
+
+
+def test_staged_concurrency_term():
+    """k transfers at once each get min(pair rate, host aggregate / k); copies cost the first and last chunk."""
+    m = model.Machine("t", staged_gbps=8.0, staged_latency_us=0.0, staged_host_gbps=12.0, host_copy_gbps=1e6)
+    b = 1 << 30
+    assert float(model.staged_seconds(b, m, concurrent=1)) == pytest.approx(b / 8e9, rel=1e-4)
+    assert float(model.staged_seconds(b, m, concurrent=3)) == pytest.approx(b / 4e9, rel=1e-4)
+    fill, drain = model.staged_copy_seconds(np.array([10 << 20, 96 << 20, 100 << 20]), m.replace(host_copy_gbps=1.0))
+    assert list(fill * 1e9) == [10 << 20, 32 << 20, 32 << 20]
+    assert list(drain * 1e9) == [10 << 20, 32 << 20, 4 << 20]
+
+
+def test_staged_products_slow_down_with_the_host_aggregate():
+    """8 ranks at --ranks-per-node 2 (grid 4x2): six staged receivers at once per column phase; a
+    host that moves less in aggregate makes the product slower, one pair at a time (2 ranks) does not."""
+    machine = builtin("h200x2")
+    prob = Problem(8192, 8192, 8192)
+    rich, poor = machine.replace(staged_host_gbps=100.0), machine.replace(staged_host_gbps=machine.staged_gbps)
+    kw = dict(cuda_aware=False, ranks_per_host=8)
+    assert predict(prob, 8, poor, ranks_per_node=2, **kw).seconds > 1.5 * predict(prob, 8, rich, ranks_per_node=2,
+                                                                                    **kw).seconds
+    kw2 = dict(cuda_aware=False, ranks_per_host=2, ranks_per_node=1)
+    assert predict(prob, 2, poor, **kw2).seconds == pytest.approx(predict(prob, 2, rich, **kw2).seconds)
+
+
+def test_sweep_runs_back_to_back_within_its_bound():
+    assert model.sweep_calls(0.002, 0.3) * 0.002 * model.SWEEP_BATCHES == pytest.approx(0.3)
+    assert model.sweep_calls(1.0, 0.3) == 1
+    shapes = model._sweep_shapes(True)
+    per = min(model.SWEEP_SECONDS["gpu"], model.SWEEP_BUDGET_SECONDS / (2 * len(shapes) * 3))
+    assert per * 2 * len(shapes) * 3 <= model.SWEEP_BUDGET_SECONDS
+
+
+def _results_file(path, m, n, k, ranks, seconds, algo=None, rpn=None):
+    """A results file with what `model check` reads (config, summary, topology)."""
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f.attrs["ranks"] = ranks
+        cfg = f.create_group("config").attrs
+        for key, value in dict(m=m, n=n, k=k, dtype="float64", tf32=False, ranks_per_node=rpn or 0, panel=1024,
+                               prefetch=1, grid="x".join(map(str, model.compute_dims(ranks))),
+                               cuda_aware_mpi_decision=False).items():
+            cfg[key] = value
+        summ = f.create_group("summary").attrs
+        summ["seconds"] = seconds
+        summ["paths"] = np.array([b"ipc", b"staged"])
+        if algo is not None:
+            summ["algo"] = algo
+        f.create_group("topology").create_dataset("local_size", data=np.full(ranks, ranks))
+    return str(path)
+
+
+def test_check_table_reads_algo_and_prints_gains_and_repeats(tmp_path):
+    """Files without /summary algo are summa; 2.5d files are predicted as 2.5d; pairs that differ only
+    in the algorithm get a gain row (measured = t_summa / t_2.5d - 1), repeats a spread row."""
+    machine = builtin("h200x2")
+    m = n = k = 4096
+    files = [_results_file(tmp_path / "a.h5", m, n, k, 4, 0.030, rpn=2),
+             _results_file(tmp_path / "b.h5", m, n, k, 4, 0.033, algo="summa", rpn=2),
+             _results_file(tmp_path / "c.h5", m, n, k, 4, 0.020, algo="2.5d:2", rpn=2),
+             _results_file(tmp_path / "d.h5", 3001, 2003, 1999, 4, 0.010, rpn=2)]
+    rows = model.check_rows(files, machine)
+    assert [r.algo for r in rows] == ["summa", "summa", "2.5d:2", "summa"]
+    want = predict(Problem(m, n, k), 4, machine, ranks_per_node=2, ranks_per_host=4, panel=1024, algo="2.5d:2",
+                   cuda_aware=False)
+    assert rows[2].predicted == pytest.approx(want.seconds)
+    gains = model.gain_rows(rows)
+    assert len(gains) == 1 and gains[0][1] == "2.5d:2"
+    assert gains[0][2] == pytest.approx(np.median([0.030, 0.033]) / 0.020 - 1)
+    assert gains[0][3] == pytest.approx(rows[0].predicted / rows[2].predicted - 1)
+    table = model.check_table(files, machine)
+    assert "gain over summa" in table and "2 runs: min 0.03 s" in table and "spread 10.0 %" in table

@@ -2,17 +2,57 @@
 # The cost model against measured runs, in one call.  On a node with 2 GPUs (the kit of
 # ../shared/device in .device/, as for check.sh):
 #
-#   bash tests/gpu/model_check.sh            both MPIs: system (ipc, staged) and cuda-aware (mpi)
+#   bash tests/gpu/model_check.sh            both MPIs: system (ipc, staged, 2.5d) and cuda-aware (mpi)
 #   MODEL_CHECK_DEVICE=cpu bash tests/gpu/model_check.sh     the same machinery with numpy (no GPU)
 #
-# Per MPI kind: `bench transport` measures the links, `model measure` adds a GEMM sweep and
-# writes a machine description, the cases run (2, 4, 8 ranks; --ranks-per-node 1, 2, 4; fast
-# paths and the staged path; several sizes and types), and `model check` prints predicted
-# against measured with the error.  Logs and files in $OUT (or /tmp/hpcmm-model-check).
-# About 6 minutes of GPU time.  Exit status: 0 when every case ran (the errors are reported,
+# Per MPI kind: `bench transport` measures the links (system: at 8 ranks, so that it also times 2, 3
+# and 4 staged transfers at once, rows staged-xK), `model measure` adds a GEMM sweep (each shape
+# back to back for 0.3 s, at the clock products hold; at most 60 s) and writes a machine
+# description, the cases run (2, 4, 8 ranks; --ranks-per-node 1, 2, 4; fast paths and the staged
+# path; several sizes and types), and `model check` prints predicted against measured with the
+# error, the spread of the repeated cases and, for the 2.5d section, the gain of 2.5d over summa
+# measured beside predicted.  Logs and files in $OUT (or /tmp/hpcmm-model-check).
+#
+# Binding: every rank runs under `taskset` on its own slice of the CPUs the launcher left it
+# (slice = local rank of local size, contiguous), the same in every call, because the host MPI's
+# rate (staged path) moved by a third between calls with unbound ranks.  What the launcher applied
+# and what this script bound are in $OUT/bind/CASE/rank-R.txt and in the log.
+# MODEL_CHECK_BIND=none leaves the ranks as the launcher placed them.
+# About 9 minutes of GPU time.  Exit status: 0 when every case ran (the errors are reported,
 # not judged: docs/scaling.md holds the table and its verdict).
+if [ "${1:-}" = --bind-rank ]; then  # one rank: bind, record, exec (run by mpiexec, see run_ranks)
+  logdir=$2; shift 2
+  rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
+  local_rank=${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-}}
+  local_size=${OMPI_COMM_WORLD_LOCAL_SIZE:-${MPI_LOCALNRANKS:-}}
+  before=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)
+  slice=
+  if [ "${MODEL_CHECK_BIND:-cores}" != none ] && [ -n "$local_rank" ] && [ -n "$local_size" ] \
+     && command -v taskset >/dev/null; then
+    slice=$(python3 - "$before" "$local_rank" "$local_size" <<'PY'
+import sys
+cpus = []
+for part in sys.argv[1].split(","):
+    lo, _, hi = part.partition("-")
+    cpus += range(int(lo), int(hi or lo) + 1)
+rank, size = int(sys.argv[2]), int(sys.argv[3])
+if size > len(cpus):  # more ranks than CPUs: one CPU each, in turn
+    print(cpus[rank % len(cpus)])
+else:
+    per = len(cpus) // size
+    print(",".join(str(c) for c in cpus[rank * per:(rank + 1) * per]))
+PY
+)
+  fi
+  mkdir -p "$logdir"
+  echo "rank $rank local ${local_rank:-?}/${local_size:-?}: launcher left CPUs ${before}; bound to ${slice:-nothing (unbound)}" \
+    > "$logdir/rank-$rank.txt"
+  if [ -n "$slice" ]; then exec taskset -c "$slice" "$@"; fi
+  exec "$@"
+fi
 set -u
 cd "$(dirname "$0")/../.."
+self=$PWD/tests/gpu/model_check.sh
 OUT=${OUT:-/tmp/hpcmm-model-check}
 mkdir -p "$OUT"
 log=$OUT/model-check.log
@@ -21,27 +61,38 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM
 device=${MODEL_CHECK_DEVICE:-gpu}
 failed=0
 
+run_ranks() {  # run_ranks TAG N LIMIT COMMAND...: mpiexec -n N within LIMIT s, each rank bound (--bind-rank)
+  local tag=$1 n=$2 limit=$3; shift 3
+  rm -rf "$OUT/bind/$tag"
+  timeout "$limit" mpiexec -n "$n" bash "$self" --bind-rank "$OUT/bind/$tag" "$@"
+  local rc=$?
+  cat "$OUT/bind/$tag"/rank-*.txt 2>/dev/null | sort -n -k2 | sed "s/^/  bind [$tag] /" >> "$log"
+  return $rc
+}
+
 case_run() {  # case_run KIND NAME RANKS ARGS...
   local kind=$1 name=$2 n=$3; shift 3
   echo "=== [$kind] $name: mpiexec -n $n python3 -m hpcmm $*" >> "$log"
-  timeout "${MODEL_CHECK_TIMEOUT:-120}" mpiexec -n "$n" python3 -m hpcmm --device "$device" --iters 3 --quiet \
-    --out "$OUT/$kind-$name.h5" --overwrite "$@" >> "$log" 2>&1 || { echo "FAILED: [$kind] $name" | tee -a "$log"; failed=$((failed + 1)); }
+  run_ranks "$kind-$name" "$n" "${MODEL_CHECK_TIMEOUT:-120}" python3 -m hpcmm --device "$device" --iters 3 \
+    --quiet --out "$OUT/$kind-$name.h5" --overwrite "$@" >> "$log" 2>&1 \
+    || { echo "FAILED: [$kind] $name" | tee -a "$log"; failed=$((failed + 1)); }
 }
 
-calibrate() {  # calibrate KIND [transport options]
-  local kind=$1; shift
+calibrate() {  # calibrate KIND RANKS SIZES [transport options]
+  local kind=$1 n=$2 sizes=$3; shift 3
   local dtypes=float64,float32,float16 base=(--machine h200x2)  # the broadcast figures of h200x2 start the GPU description
   [ "$device" = cpu ] && { dtypes=float64,float32; base=(); }
-  mpiexec -n 2 python3 -m hpcmm bench transport --device "$device" --sizes 1,4,16,64,256 "$@" \
+  echo "=== [$kind] bench transport at $n ranks, sizes $sizes MiB" >> "$log"
+  run_ranks "$kind-transport" "$n" 300 python3 -m hpcmm bench transport --device "$device" --sizes "$sizes" "$@" \
     --out "$OUT/transport-$kind.h5" --overwrite >> "$log" 2>&1 || failed=$((failed + 1))
   # one rank per GPU for the GEMM sweep; the model divides a shared device itself
-  mpiexec -n 2 python3 -m hpcmm model measure "${base[@]}" --transport "$OUT/transport-$kind.h5" --dtypes "$dtypes" \
-    --save "$OUT/machine-$kind.json" >> "$log" 2>&1 || failed=$((failed + 1))
+  run_ranks "$kind-measure" 2 300 python3 -m hpcmm model measure "${base[@]}" --transport "$OUT/transport-$kind.h5" \
+    --dtypes "$dtypes" --save "$OUT/machine-$kind.json" >> "$log" 2>&1 || failed=$((failed + 1))
 }
 
 if [ "$device" = cpu ]; then
-  python3 -c "import hpcmm" 2>/dev/null || export PATH="$PWD/.venv/bin:$PATH"
-  calibrate cpu
+  python3 -c "import hpcmm, mpi4py" 2>/dev/null || export PATH="$PWD/.venv/bin:$PATH"  # hpcmm alone imports from here
+  calibrate cpu 2 1,4,16,64,256
   case_run cpu n1 1 --m 1536 --n 1536 --k 1536
   case_run cpu n2 2 --m 1536 --n 1536 --k 1536
   case_run cpu n2-rpn1 2 --m 1536 --n 1536 --k 1536 --ranks-per-node 1
@@ -55,27 +106,50 @@ fi
 
 (
   source .device/env.sh system >> "$log" 2>&1 || exit 1
-  calibrate system
-  case_run system n2-8192 2 --m 8192 --n 8192 --k 8192
-  case_run system n2-16384 2 --m 16384 --n 16384 --k 16384
-  case_run system n2-16384-f16 2 --m 16384 --n 16384 --k 16384 --dtype float16
-  case_run system n2-uneven-f32 2 --m 12007 --n 9001 --k 6003 --dtype float32
-  case_run system n4-8192 4 --m 8192 --n 8192 --k 8192
-  case_run system n8-16384 8 --m 16384 --n 16384 --k 16384
+  calibrate system 8 1,4,16,64,128
+  # the staged cases first, right after the transport measurement and in the same binding;
+  # the two most variable ones three and two times (model check prints their spread)
   case_run system n2-rpn1-8192 2 --m 8192 --n 8192 --k 8192 --ranks-per-node 1
   case_run system n4-rpn2-8192 4 --m 8192 --n 8192 --k 8192 --ranks-per-node 2
   case_run system n4-rpn1-4096 4 --m 4096 --n 4096 --k 4096 --ranks-per-node 1
   case_run system n8-rpn2-4096 8 --m 4096 --n 4096 --k 4096 --ranks-per-node 2
   case_run system n8-rpn4-8192 8 --m 8192 --n 8192 --k 8192 --ranks-per-node 4
   case_run system n8-rpn1-f32 8 --m 6001 --n 4099 --k 3001 --dtype float32 --ranks-per-node 1
+  case_run system n2-rpn1-8192-rep2 2 --m 8192 --n 8192 --k 8192 --ranks-per-node 1
+  case_run system n8-rpn4-8192-rep2 8 --m 8192 --n 8192 --k 8192 --ranks-per-node 4
+  case_run system n2-rpn1-8192-rep3 2 --m 8192 --n 8192 --k 8192 --ranks-per-node 1
+  case_run system n2-8192 2 --m 8192 --n 8192 --k 8192
+  case_run system n2-16384 2 --m 16384 --n 16384 --k 16384
+  case_run system n2-16384-f16 2 --m 16384 --n 16384 --k 16384 --dtype float16
+  case_run system n2-uneven-f32 2 --m 12007 --n 9001 --k 6003 --dtype float32
+  case_run system n4-8192 4 --m 8192 --n 8192 --k 8192
+  case_run system n8-16384 8 --m 16384 --n 16384 --k 16384
   python3 -m hpcmm model check "$OUT"/system-*.h5 --machine "$OUT/machine-system.json" | tee "$OUT/table-system.txt"
+  # 2.5d: the same problems with --algo summa and 2.5d:C over the staged path (an emulated slow
+  # network between virtual nodes); model check prints the gain of 2.5d over summa, measured and
+  # predicted, for every pair of files that differ only in the algorithm
+  if python3 -m hpcmm --help 2>/dev/null | grep -q -- '--algo'; then
+    for shape in "8192 8192 8192" "10007 6001 6007"; do
+      set -- $shape
+      tag="$1x$2x$3"
+      for algo in summa 2.5d:2; do
+        case_run system25 "n4-rpn2-$tag-${algo/:/-}" 4 --m "$1" --n "$2" --k "$3" --ranks-per-node 2 --algo "$algo"
+      done
+      for algo in summa 2.5d:2 2.5d:4; do
+        case_run system25 "n8-rpn4-$tag-${algo/:/-}" 8 --m "$1" --n "$2" --k "$3" --ranks-per-node 4 --algo "$algo"
+      done
+    done
+    python3 -m hpcmm model check "$OUT"/system25-*.h5 --machine "$OUT/machine-system.json" | tee "$OUT/table-2.5d.txt"
+  else
+    echo "2.5d: this hpcmm has no --algo yet; section skipped" | tee -a "$log" "$OUT/table-2.5d.txt"
+  fi
   exit "$failed"
 ) || failed=$((failed + $?))
 
 if ls .device/wheels/libucx_cu13-*.whl >/dev/null 2>&1; then
 (
   source .device/env.sh cuda-aware >> "$log" 2>&1 || exit 1
-  calibrate cuda-aware --cuda-aware-mpi yes --ranks-per-node 1
+  calibrate cuda-aware 2 1,4,16,64,256 --cuda-aware-mpi yes --ranks-per-node 1
   ca="--cuda-aware-mpi yes"
   case_run cuda-aware n2-rpn1-8192 2 --m 8192 --n 8192 --k 8192 --ranks-per-node 1 $ca
   case_run cuda-aware n2-rpn1-16384 2 --m 16384 --n 16384 --k 16384 --ranks-per-node 1 $ca
