@@ -165,9 +165,18 @@ def _engine(m, n, k, order, *, panel=3, prefetch=1, dtype="float64", seed=2):
 
 @pytest.mark.parametrize("prefetch", [0, 1, 2])
 @pytest.mark.parametrize("order", ORDERS)
-def test_engine_product_in_every_order(order, prefetch):
-    """Uneven shape, panels of 3 (a last narrow one): C (poisoned with NaN first) is A·B."""
+def test_engine_product_in_every_order(order, prefetch, monkeypatch):
+    """Uneven shape, panels of 3 (a last narrow one): C (poisoned with NaN first) is A·B, and every
+    GEMM got its panels in the orders asked for."""
     topo, engine, a, b = _engine(13, 8, 11, order, prefetch=prefetch)
+    seen = []
+    gemm = CpuBackend.gemm
+
+    def recording(self, a_panel, b_panel, c, *args, **kwargs):
+        seen.append("".join("F" if x.flags.f_contiguous else "C" for x in (a_panel, b_panel)))
+        return gemm(self, a_panel, b_panel, c, *args, **kwargs)
+
+    monkeypatch.setattr(CpuBackend, "gemm", recording)
     try:
         assert np.isnan(engine.C).all()
         for _ in range(2):  # a second product reuses the scratch slots
@@ -175,6 +184,7 @@ def test_engine_product_in_every_order(order, prefetch):
             c = np.array(engine.C)
             assert np.isfinite(c).all()
             np.testing.assert_allclose(c, a @ b, rtol=0, atol=1e-13)
+        assert seen == [order] * 2 * len(engine.plan)
         assert engine.gemm_order == order and engine.gemm_order_label == label(order)
         used = [(x is not None, y is not None) for x, y in engine.scratch]
         assert used == [relaid(order)] * (prefetch + 1)
