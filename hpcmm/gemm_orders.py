@@ -18,7 +18,8 @@ Measured (TFLOP/s, ``cupy.matmul`` on one H200 with C row-major, the mean of
     type      size    CC       CF       FC       FF      → rule
     float64   16384   55.69    49.28    58.54*   53.83
               32768   51.01    56.39*   55.32    50.97   → FC (as stored)
-    float32   16384   53.91    50.49    54.30*   51.01   → FC (as stored)
+    float32   16384   53.91    50.49    54.30*   51.01
+              32768   52.86    49.74    54.35*   51.31   → FC (as stored)
     tf32      16384  363.66*  345.72   223.17   344.85   → CC
     float16   16384  740.78   750.35*  716.61   747.60
               32768  663.02*  655.38   657.01   656.42   → FF
@@ -32,7 +33,7 @@ over the stored order, bfloat16 ~12 % at 16384 and float16 ~4 % (``CF``, the
 fastest at 16384, is 1.2 % behind at 32768; ``FF`` is within 1 % at both and
 re-lays out B only).  float64 has no order within 1 % at both sizes (``FC``
 is the fastest at 16384 and 1.9 % behind at 32768) and float32 keeps its
-stored order, which is the fastest; the complex types were not measured.
+stored order, the fastest at both sizes; the complex types were not measured.
 hpcmm's own GEMM call in the stored order ran at 55.29, 54.29, 222.78, 695.16
 and 715.72 (16384) for the five types above, near ``cupy.matmul`` in ``FC``.
 
@@ -61,7 +62,8 @@ AUTO = "auto"
 MEASURED: dict[str, dict[int, dict[str, float]]] = {
     "float64": {16384: {"CC": 55.69, "CF": 49.28, "FC": 58.54, "FF": 53.83},
                 32768: {"CC": 51.01, "CF": 56.39, "FC": 55.32, "FF": 50.97}},
-    "float32": {16384: {"CC": 53.91, "CF": 50.49, "FC": 54.30, "FF": 51.01}},
+    "float32": {16384: {"CC": 53.91, "CF": 50.49, "FC": 54.30, "FF": 51.01},
+                32768: {"CC": 52.86, "CF": 49.74, "FC": 54.35, "FF": 51.31}},
     "tf32": {16384: {"CC": 363.66, "CF": 345.72, "FC": 223.17, "FF": 344.85}},
     "float16": {16384: {"CC": 740.78, "CF": 750.35, "FC": 716.61, "FF": 747.60},
                 32768: {"CC": 663.02, "CF": 655.38, "FC": 657.01, "FF": 656.42}},
