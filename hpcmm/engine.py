@@ -128,8 +128,10 @@ class Engine:
     layout : Layout
     config : RunConfig
         ``dtype``, ``panel`` (``None``: :func:`~hpcmm.algorithms.auto_panel`
-        chooses), ``prefetch`` (panels in flight ahead of the GEMM), ``tf32``
-        and ``timeline`` (keep the start and end of every transfer and GEMM).
+        chooses), ``prefetch`` (panels in flight ahead of the GEMM), ``tf32``,
+        ``gemm_order`` (the GEMM's operand orders: ``auto`` or an override,
+        :func:`~hpcmm.gemm_orders.gemm_order`) and ``timeline`` (keep the
+        start and end of every transfer and GEMM).
     cuda_aware : bool
         Whether device buffers may go to MPI.
 
