@@ -201,11 +201,19 @@ class Backend(abc.ABC):
     # -- the local product ----------------------------------------------------
     @abc.abstractmethod
     def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
-        """``c = a @ b`` or ``c += a @ b``; ``a`` column-major, ``b`` and ``c`` row-major."""
+        """``c = a @ b`` or ``c += a @ b``; ``a`` and ``b`` each row- or column-major, ``c`` row-major."""
 
     @abc.abstractmethod
     def copy(self, dst, src, stream=None) -> None:
         """Copy ``src`` into ``dst`` (same size, host or device) on ``stream``."""
+
+    @abc.abstractmethod
+    def relayout(self, dst, src, stream=None) -> None:
+        """Copy the 2-D ``src`` into ``dst`` of the same shape and the other memory order, on ``stream``.
+
+        Both are contiguous, each row- or column-major; where their orders
+        agree (or the shape has one row or column) this is a plain copy.
+        """
 
     @abc.abstractmethod
     def describe(self) -> dict[str, str]:
@@ -299,6 +307,9 @@ class CpuBackend(Backend):
     def copy(self, dst, src, stream=None) -> None:
         dst[...] = src
 
+    def relayout(self, dst, src, stream=None) -> None:
+        dst[...] = src  # numpy walks both memory orders
+
     def describe(self) -> dict[str, str]:
         return {"backend": self.name}
 
@@ -320,6 +331,45 @@ _COMPUTE = {"float16": _COMPUTE_32F, "bfloat16": _COMPUTE_32F, "float32": _COMPU
             "complex64": _COMPUTE_32F, "complex128": _COMPUTE_64F}
 _GEMM_DEFAULT = -1  # CUBLAS_GEMM_DEFAULT
 _OP_N, _OP_T = 0, 1  # CUBLAS_OP_N, CUBLAS_OP_T
+
+# The re-layout of a panel: a transpose of its memory, ``rows`` x ``cols`` row-major into
+# ``cols`` x ``rows`` row-major, through 32 x 32 tiles in shared memory so that both the reads
+# and the writes of a warp are contiguous (a strided elementwise copy makes one side scattered,
+# 2-byte accesses at worst).  It copies bits, so one kernel per element size serves every type;
+# cuBLAS geam would transpose only float32, float64 and the complex types.  The grid-stride loops
+# keep the grid within CUDA's limits for any panel.
+_TRANSPOSE_SOURCE = r"""
+template <typename T>
+__device__ void transpose(const T* __restrict__ src, T* __restrict__ dst, long long rows, long long cols) {
+    __shared__ T tile[32][33];  // 33: the column reads of the tile hit 32 different banks
+    const long long tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32;
+    for (long long tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
+        for (long long tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
+            const long long c = tc * 32 + threadIdx.x;
+            for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+                const long long r = tr * 32 + i;
+                if (r < rows && c < cols) tile[i][threadIdx.x] = src[r * cols + c];
+            }
+            __syncthreads();
+            const long long r = tr * 32 + threadIdx.x;
+            for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+                const long long cc = tc * 32 + i;
+                if (r < rows && cc < cols) dst[cc * rows + r] = tile[threadIdx.x][i];
+            }
+            __syncthreads();
+        }
+    }
+}
+struct bytes16 { unsigned long long lo, hi; };
+extern "C" {
+__global__ void transpose2(const unsigned short* s, unsigned short* d, long long r, long long c) { transpose(s, d, r, c); }
+__global__ void transpose4(const unsigned int* s, unsigned int* d, long long r, long long c) { transpose(s, d, r, c); }
+__global__ void transpose8(const unsigned long long* s, unsigned long long* d, long long r, long long c) { transpose(s, d, r, c); }
+__global__ void transpose16(const bytes16* s, bytes16* d, long long r, long long c) { transpose(s, d, r, c); }
+}
+"""
+#: Most blocks of one transpose launch along each grid axis (the loops cover the rest).
+_TRANSPOSE_GRID_LIMIT = 65535
 
 
 class GpuBackend(Backend):
@@ -344,6 +394,7 @@ class GpuBackend(Backend):
         from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
 
         self._cublas = cublas
+        self._transpose = None  # the RawModule of _TRANSPOSE_SOURCE, compiled on first use
         self._scalars: dict[tuple[str, bool], tuple[np.ndarray, np.ndarray]] = {}
 
     def empty(self, shape, dtype, order="C"):
@@ -415,19 +466,68 @@ class GpuBackend(Backend):
             self._scalars[key] = (np.ones(1, scale), np.full(1, 1 if accumulate else 0, scale))
         return self._scalars[key]
 
+    def relayout(self, dst, src, stream=None) -> None:
+        """Copy ``src`` into ``dst`` of the other memory order with a tiled transpose on ``stream``.
+
+        Queued only: the stream orders it (the engine records an event after it).
+        """
+        if dst.shape != src.shape or dst.dtype != src.dtype or dst.ndim != 2:
+            raise ValueError(f"relayout wants two 2-D arrays of one shape and type, not {src.shape} {src.dtype} "
+                             f"into {dst.shape} {dst.dtype}")
+        if src.size == 0:
+            return
+        stream = stream if stream is not None else self.comm_stream
+        same = (src.flags.c_contiguous and dst.flags.c_contiguous) or (src.flags.f_contiguous and dst.flags.f_contiguous)
+        if same:
+            self.copy(dst, src, stream)
+            return
+        rows, cols = src.shape
+        if src.flags.f_contiguous and dst.flags.c_contiguous:
+            rows, cols = cols, rows  # an F array's memory is its transpose, row-major
+        elif not (src.flags.c_contiguous and dst.flags.f_contiguous):
+            raise ValueError("relayout wants contiguous arrays, each row- or column-major")
+        kernel = self._transpose_kernel(src.dtype.itemsize)
+        grid = (min(-(-cols // 32), _TRANSPOSE_GRID_LIMIT), min(-(-rows // 32), _TRANSPOSE_GRID_LIMIT))
+        with self.device, stream:
+            kernel(grid, (32, 8), (src, dst, np.int64(rows), np.int64(cols)))
+
+    def _transpose_kernel(self, itemsize: int):
+        """The transpose of ``itemsize``-byte elements, compiled once per backend (cupy caches the binary)."""
+        if itemsize not in (2, 4, 8, 16):
+            raise ValueError(f"relayout: no transpose for {itemsize}-byte elements")
+        if self._transpose is None:
+            with self.device:
+                self._transpose = self.cupy.RawModule(code=_TRANSPOSE_SOURCE)
+        return self._transpose.get_function(f"transpose{itemsize}")
+
     def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
         """``c (+)= a @ b`` through cublasGemmEx on the compute stream.
 
-        ``a`` is column-major (m×w), ``b`` and ``c`` row-major; cuBLAS thinks in
-        column-major, so we compute cᵀ = bᵀ·aᵀ: bᵀ is b's memory as is (op N,
-        ld = n), aᵀ is a's memory transposed (op T, ld = m).
+        ``a`` (m×w) and ``b`` (w×n) are each row- or column-major, ``c`` is
+        row-major.  cuBLAS thinks in column-major, so we compute cᵀ = bᵀ·aᵀ:
+        a row-major b's memory is bᵀ as is (op N, ld = n), a column-major b's
+        is b (op T, ld = w); a column-major a's memory is a (op T, ld = m), a
+        row-major a's is aᵀ (op N, ld = w).  Which kernel cuBLAS picks depends
+        on these ops (:mod:`hpcmm.gemm_orders`).
         """
         m, n = c.shape
         w = a.shape[1]
         if m == 0 or n == 0:
             return
-        if not (a.flags.f_contiguous and b.flags.c_contiguous and c.flags.c_contiguous):
-            raise ValueError("gemm wants a column-major, b and c row-major")
+        if not c.flags.c_contiguous:
+            raise ValueError("gemm wants c row-major")
+        if b.flags.c_contiguous:
+            op_b, ld_b = _OP_N, n
+        elif b.flags.f_contiguous:
+            op_b, ld_b = _OP_T, w
+        else:
+            raise ValueError("gemm wants b contiguous, row- or column-major")
+        if a.flags.f_contiguous:
+            op_a, ld_a = _OP_T, m
+        elif a.flags.c_contiguous:
+            op_a, ld_a = _OP_N, w
+        else:
+            raise ValueError("gemm wants a contiguous, row- or column-major")
         dtype = c.dtype.name
         alpha, beta = self._scalar_pair(dtype, accumulate, tf32)
         compute = _COMPUTE_32F_FAST_TF32 if tf32 else _COMPUTE[dtype]
@@ -436,9 +536,9 @@ class GpuBackend(Backend):
         with stream:
             self._cublas.setStream(handle, stream.ptr)
             self._cublas.gemmEx(
-                handle, _OP_N, _OP_T, n, m, w,
-                alpha.ctypes.data, b.data.ptr, _CUDA_TYPE[dtype], n,
-                a.data.ptr, _CUDA_TYPE[dtype], max(m, 1),
+                handle, op_b, op_a, n, m, w,
+                alpha.ctypes.data, b.data.ptr, _CUDA_TYPE[dtype], max(ld_b, 1),
+                a.data.ptr, _CUDA_TYPE[dtype], max(ld_a, 1),
                 beta.ctypes.data, c.data.ptr, _CUDA_TYPE[dtype], n,
                 compute, _GEMM_DEFAULT,
             )

@@ -35,6 +35,7 @@ from . import h5io
 from .bench_reference import HPCMM_ONE_RANK, best_index, combine, measure_candidates
 from .config import RunConfig
 from .errors import InputError, collective
+from .gemm_orders import gemm_order
 from .metadata import versions
 from .peers import CUBLASMP_MIN_ITERS, CUBLASMP_WARMUP, HEAT_LIMIT, PeerResult, cublasmp, heat
 from .placement import placement
@@ -85,27 +86,31 @@ def parse_cases(text: str) -> list[Case]:
     return cases
 
 
-def _baseline(topo, backend, config, case: Case, timer=None):
-    """Every one-device candidate (seconds: mean over devices, one rank per device measuring) and the device count."""
+def _baseline(topo, backend, config, case: Case, order: str, timer=None):
+    """Every one-device candidate (seconds: mean over devices, one rank per device measuring) and the device count.
+
+    ``order``: the operand orders of the run's GEMM, which the ``hpcmm gemm`` candidate takes.
+    """
     ident = backend.describe().get("gpu_uuid") or f"{topo.host}:cpu"
     idents = topo.comm.allgather((topo.host, ident))
     first = idents.index((topo.host, ident)) == topo.rank
     rows = None
     with collective(topo.comm):
         if first:
-            rows = measure_candidates(backend, case, config.warmup, config.iters, timer=timer)
+            rows = measure_candidates(backend, case, config.warmup, config.iters, timer=timer, gemm_order=order)
     measured = [r for r in topo.comm.allgather(rows) if r is not None]
     return combine(measured), len(set(idents))
 
 
-def pick_reference(candidates: list[dict], case: Case, hpcmm_seconds: float | None = None) -> tuple[list[dict], int]:
-    """Add hpcmm's own run (one rank on one device) to the candidates, rate them, mark the fastest.
+def pick_reference(candidates: list[dict], case: Case, hpcmm_seconds: float | None = None,
+                   order: str = "FC") -> tuple[list[dict], int]:
+    """Add hpcmm's own run (one rank on one device; its GEMM's operand ``order``) to the candidates, rate them, mark the fastest.
 
     Returns the rows (``tflops`` and ``best`` filled in) and the index of the fastest.
     """
     rows = [dict(r) for r in candidates]
     if hpcmm_seconds is not None:
-        rows.append({"candidate": HPCMM_ONE_RANK, "library": "hpcmm", "a_order": "F", "b_order": "C",
+        rows.append({"candidate": HPCMM_ONE_RANK, "library": "hpcmm", "a_order": order[0], "b_order": order[1],
                      "seconds": float(hpcmm_seconds), "note": "this run", "devices": 1})
     best = best_index(rows)
     for i, r in enumerate(rows):
@@ -141,7 +146,7 @@ def bench_row(case: Case, summary: dict, ranks: int, devices: int, on_gpu: bool,
         "efficiency": s["tflops"] / (devices * ref_tflops) if on_gpu else float("nan"),
         "exposed_comm_fraction": s["exposed_comm_fraction"],
         "host_overhead_fraction": s.get("host_overhead_fraction", float("nan")), "panel": s["panel"],
-        "prefetch": s["prefetch"], "paths": ",".join(s["paths"]), "verified": int(s["verified"]),
+        "prefetch": s["prefetch"], "gemm_order": s.get("gemm_order", ""), "paths": ",".join(s["paths"]), "verified": int(s["verified"]),
         "residual": s["residual"], "verify_detectable": s.get("verify_detectable", float("nan")),
         "load_imbalance": s["load_imbalance"],
     }
@@ -171,12 +176,14 @@ def _bench_cases(ns, config: RunConfig, comm: MPI.Comm, topo, backend) -> int:
         cfg = config.replace(m=case.m, n=case.n, k=case.k, dtype=case.dtype, tf32=case.tf32,
                              quiet=True, out=out, warmup=max(config.warmup, 1))
         say = (lambda msg: sys.stderr.write(f"hpcmm bench: {case.label}: {msg}\n")) if rank == 0 else (lambda msg: None)
-        candidates, devices = _baseline(topo, backend, cfg, case, timer=getattr(ns, "reference_timer", None))
+        # The run's GEMM and the 'hpcmm gemm' candidate take the same operand orders.
+        order = gemm_order(case.dtype, case.tf32, backend.on_gpu, cfg.gemm_order)
+        candidates, devices = _baseline(topo, backend, cfg, case, order, timer=getattr(ns, "reference_timer", None))
         result = run(cfg, comm, write=False)
-        say(f"hpcmm {result.summary['tflops']:.2f} TFLOP/s")
+        say(f"hpcmm {result.summary['tflops']:.2f} TFLOP/s (GEMM {result.summary['gemm_order']})")
         # hpcmm itself is a one-device candidate only where this run is one rank on one device.
         own = result.summary["seconds"] if comm.Get_size() == 1 and devices == 1 else None
-        cand_rows, best = pick_reference(candidates, case, own)
+        cand_rows, best = pick_reference(candidates, case, own, order)
         for r in cand_rows:
             say(f"one {'GPU' if backend.on_gpu else 'host'}: {r['candidate']} {_fmt(r['tflops'], '.2f')} TFLOP/s"
                 f"{' (best)' if r['best'] else ''}{' ' + r['note'] if r['note'] else ''}")

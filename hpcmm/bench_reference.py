@@ -10,8 +10,11 @@ the fastest:
 
 * ``cupy.matmul`` (GPU) or ``numpy.matmul`` (CPU) with A and B each in C
   (row-major) or F (column-major) order: four candidates;
-* ``hpcmm gemm``: hpcmm's own GEMM call (:meth:`Backend.gemm`: A column-major,
-  B row-major, ``cublasGemmEx`` on GPUs) on the whole product;
+* ``hpcmm gemm A:x B:y``: hpcmm's own GEMM call (:meth:`Backend.gemm`,
+  ``cublasGemmEx`` on GPUs) on the whole product, with A and B in the orders
+  the run's GEMM takes for the case's type (:mod:`hpcmm.gemm_orders`: the
+  table on GPUs, as stored on CPUs, ``HPCMM_GEMM_ORDER`` where set), which
+  its name says;
 * ``hpcmm 1 rank``: where the benchmark itself runs one rank on one device,
   hpcmm's own product is a candidate too (a run at one rank per GPU is what
   ``mpiexec -n 1 python -m hpcmm bench`` measures; a run at more ranks does
@@ -37,13 +40,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .dtypes import BFLOAT16, numpy_dtype
+from .gemm_orders import STORED
 
 __all__ = ["Candidate", "best_index", "candidates", "combine", "measure_candidates"]
 
 #: Operand orders of the matmul candidates: (A, B), C = row-major, F = column-major.
 ORDERS = (("C", "C"), ("C", "F"), ("F", "C"), ("F", "F"))
-#: The operand order of hpcmm's GEMM (:meth:`hpcmm.backend.Backend.gemm`).
-HPCMM_ORDER = ("F", "C")
 HPCMM_ONE_RANK = "hpcmm 1 rank"
 
 
@@ -64,10 +66,13 @@ class Candidate:
             else f"hpcmm gemm A:{self.a_order} B:{self.b_order}"
 
 
-def candidates(on_gpu: bool) -> list[Candidate]:
-    """The measured candidates, in the order they run (``hpcmm 1 rank`` is added by the benchmark)."""
+def candidates(on_gpu: bool, gemm_order: str = STORED) -> list[Candidate]:
+    """The measured candidates, in the order they run (``hpcmm 1 rank`` is added by the benchmark).
+
+    ``gemm_order`` is the operand order of the run's GEMM (:func:`hpcmm.gemm_orders.gemm_order`), A's then B's.
+    """
     lib = "cupy" if on_gpu else "numpy"
-    return [Candidate(lib, "matmul", a, b) for a, b in ORDERS] + [Candidate("hpcmm", "gemm", *HPCMM_ORDER)]
+    return [Candidate(lib, "matmul", a, b) for a, b in ORDERS] + [Candidate("hpcmm", "gemm", *gemm_order)]
 
 
 def _uniform(gen, shape, dtype):
@@ -126,7 +131,7 @@ def _product(backend, candidate: Candidate, a, b, c, tf32: bool) -> Callable[[],
 
 
 def measure_candidates(backend, case, warmup: int = 1, repeats: int = 3, timer: Callable | None = None,
-                       seed: int = 7) -> list[dict]:
+                       seed: int = 7, gemm_order: str = STORED) -> list[dict]:
     """Time every candidate of :func:`candidates` on this device: one row each.
 
     Parameters
@@ -140,6 +145,9 @@ def measure_candidates(backend, case, warmup: int = 1, repeats: int = 3, timer: 
     timer : callable, optional
         ``timer(candidate, product, warmup, repeats) -> [seconds]``; the tests
         give a fake one.  Default: :func:`event_timer`.
+    gemm_order : str
+        The operand orders of the run's GEMM for this case (``FC``, ``CC``,
+        ``CF`` or ``FF``): the ``hpcmm gemm`` candidate takes them.
 
     Returns
     -------
@@ -158,7 +166,7 @@ def measure_candidates(backend, case, warmup: int = 1, repeats: int = 3, timer: 
         base_a = _uniform(gen, (case.m, case.k), dtype)
         base_b = _uniform(gen, (case.k, case.n), dtype)
         c = backend.empty((case.m, case.n), dtype)
-        for cand in candidates(backend.on_gpu):
+        for cand in candidates(backend.on_gpu, gemm_order):
             seconds, note = float("nan"), ""
             a = b = None
             try:

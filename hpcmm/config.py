@@ -18,6 +18,9 @@ from collections.abc import Callable, Mapping
 from .balance import DEFAULT_MODE as DEFAULT_BALANCE
 from .balance import MODES as BALANCE_MODES
 from .errors import InputError
+from .gemm_orders import AUTO as GEMM_ORDER_AUTO
+from .gemm_orders import ORDERS as GEMM_ORDERS
+from .gemm_orders import parse_order
 
 __all__ = [
     "BALANCE_MODES",
@@ -208,6 +211,10 @@ ENVIRONMENT: dict[str, EnvSetting] = {
     "HPCMM_TIMELINE": EnvSetting(
         "timeline", _yes_no("HPCMM_TIMELINE"), "record every transfer and GEMM (yes or no)"
     ),
+    "HPCMM_GEMM_ORDER": EnvSetting(
+        "gemm_order", lambda t: parse_order("HPCMM_GEMM_ORDER", t),
+        "the GEMM's operand orders, A's then B's (FC, CC, CF, FF; auto: hpcmm.gemm_orders' table)",
+    ),
 }
 
 
@@ -273,6 +280,8 @@ class RunConfig:
     tf32: bool = False
     timeline: bool = True
     quiet: bool = False
+    #: The local GEMM's operand orders (:mod:`hpcmm.gemm_orders`): ``auto`` (the table) or FC, CC, CF, FF.
+    gemm_order: str = GEMM_ORDER_AUTO
     # Provenance, not settings: carried to the messages and the results file, not to /config.
     #: Fields whose value came from an ``HPCMM_*`` variable (a message then names the variable).
     from_environment: frozenset[str] = dataclasses.field(default=frozenset(), metadata={"provenance": True})
@@ -304,6 +313,9 @@ class RunConfig:
         parse_positive_int("--seed", self.seed, minimum=0)
         if self.ranks_per_node is not None:
             parse_positive_int("--ranks-per-node", self.ranks_per_node)
+        if self.gemm_order != GEMM_ORDER_AUTO and self.gemm_order not in GEMM_ORDERS:
+            raise InputError(f"HPCMM_GEMM_ORDER={self.gemm_order!r}: expected {GEMM_ORDER_AUTO} or one of "
+                             f"{', '.join(GEMM_ORDERS)}")
         if self.tf32 and self.dtype != "float32":
             raise InputError(f"--tf32 applies to float32 only, not --dtype={self.dtype}")
         if (self.a is None) != (self.b is None):

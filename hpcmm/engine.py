@@ -10,6 +10,10 @@ Per step ``s`` (ring of ``prefetch + 1`` panel buffers per operand):
    ``gemm_done`` of that slot.  Same-node pulls are asynchronous copies, so the
    host runs ahead; MPI transfers block the host, but GEMM ``s`` is already
    queued, so the GPU keeps computing while the host moves the bytes.
+   Where the GEMM takes an operand in the other memory order than it travels
+   in (:mod:`hpcmm.gemm_orders`), its panel, the rank's own included, is
+   re-laid out into a scratch buffer of the slot right after it arrives, on
+   the communication stream, and the GEMM waits for the event after that copy.
 
 No device-wide synchronization happens inside the loop; streams wait on
 events.  With ``prefetch = 0`` a step fetches then multiplies (no overlap).
@@ -17,7 +21,8 @@ On the CPU the same code runs with synchronous copies and no streams.
 
 Timing, per step: the GEMM (events around it on the compute stream), the
 transfers (events on the communication stream from the moment the bytes
-start to move, after any wait for a free ring slot, to the fetch's end), and
+start to move, after any wait for a free ring slot, to the fetch's end,
+its re-layout included), and
 the gap on the compute stream between the previous GEMM's end (the product's
 start for step 0) and this one's start, split in two: ``wait``, the part
 before the step's panels were there (communication the overlap did not
@@ -41,8 +46,9 @@ import numpy as np
 from .algorithms import Step, auto_panel, ring_depth, summa_plan
 from .config import RunConfig
 from .errors import InputError, agree, raised_everywhere
+from .gemm_orders import gemm_order, label, relaid
 from .layout import Layout
-from .transport import PanelChannel, Transfer
+from .transport import PanelChannel
 
 __all__ = ["Engine", "IterationTimes", "PHASES", "device_need", "memory_needed"]
 
@@ -76,16 +82,20 @@ class StepMarks:
     gemm_end: object = None
 
 
-def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: int) -> int:
-    """Bytes one rank's blocks and panel ring take on its device.
+def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: int,
+                  relayout: tuple[int, int] = (0, 0)) -> int:
+    """Bytes one rank's blocks, panel ring and re-layout scratch take on its device.
 
-    ``ring`` is the slots per operand, :func:`~hpcmm.algorithms.ring_depth`.
+    ``ring`` is the slots per operand, :func:`~hpcmm.algorithms.ring_depth`;
+    ``relayout`` the scratch slots of A's and B's panels (the engine's ring
+    where the GEMM takes that operand in the other order, else 0).
     """
     shapes = layout.local_shapes(rank)
     (m_loc, _), (_, n_loc) = shapes["A"], shapes["B"]
     blocks = sum(r * c for r, c in shapes.values())
     slots = ring * panel * (m_loc + n_loc)
-    return (blocks + slots) * itemsize
+    scratch = panel * (relayout[0] * m_loc + relayout[1] * n_loc)
+    return (blocks + slots + scratch) * itemsize
 
 
 def device_need(needs, device) -> tuple[int, int]:
@@ -118,8 +128,10 @@ class Engine:
     layout : Layout
     config : RunConfig
         ``dtype``, ``panel`` (``None``: :func:`~hpcmm.algorithms.auto_panel`
-        chooses), ``prefetch`` (panels in flight ahead of the GEMM), ``tf32``
-        and ``timeline`` (keep the start and end of every transfer and GEMM).
+        chooses), ``prefetch`` (panels in flight ahead of the GEMM), ``tf32``,
+        ``gemm_order`` (the GEMM's operand orders: ``auto`` or an override,
+        :func:`~hpcmm.gemm_orders.gemm_order`) and ``timeline`` (keep the
+        start and end of every transfer and GEMM).
     cuda_aware : bool
         Whether device buffers may go to MPI.
 
@@ -142,6 +154,8 @@ class Engine:
         self.prefetch = config.prefetch
         # The engine's own ring: which GEMM last read each panel slot (a channel may keep more).
         self.ring = config.prefetch + 1
+        #: The GEMM's operand orders, A's then B's (hpcmm.gemm_orders); panels travel as stored (FC).
+        self.gemm_order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
         # Before the plan: a huge k must be refused, not planned step by step.
         self._check_memory()
         # Ramp up the first panels only where transfers exist and can overlap.
@@ -158,6 +172,7 @@ class Engine:
         self.B = self._typed(self.col.block, self.b_shape, order="C")
         self.C = backend.empty(self.c_shape, self.dtype)
         backend.poison(self.C)
+        self.scratch = self._relayout_scratch()
         #: Bytes of the last product by (source world rank, this rank, path).
         self.bytes_by_pair: collections.Counter = collections.Counter()
 
@@ -174,9 +189,27 @@ class Engine:
         return ring_depth(self.prefetch, spans_nodes=self.topo.vnode_count > 1)
 
     def needed_bytes(self) -> int:
-        """What this rank's blocks and panel rings take on its device (the memory check's figure)."""
+        """What this rank's blocks, panel rings and re-layout scratch take on its device (the memory check's figure)."""
         return memory_needed(self.layout, self.topo.rank, self.dtype.itemsize, self.panel,
-                             self.slots_per_operand())
+                             self.slots_per_operand(), tuple(self.ring * int(r) for r in relaid(self.gemm_order)))
+
+    @property
+    def gemm_order_label(self) -> str:
+        """The GEMM's operand orders as files name them, e.g. ``A:C B:F``."""
+        return label(self.gemm_order)
+
+    def _relayout_scratch(self) -> list[tuple[object, object]]:
+        """Per slot of the engine's ring, a panel-sized buffer for A and for B where the GEMM takes the other order.
+
+        Slot ``s % ring`` is rewritten by the fetch of step ``s`` only after
+        GEMM ``s - ring``, which read it, is done: the fetch's wait on that GEMM.
+        """
+        relayout_a, relayout_b = relaid(self.gemm_order)
+        shapes = self.layout.local_shapes(self.topo.rank)
+        m_loc, n_loc = shapes["C"]
+        a_size, b_size = (m_loc * self.panel if relayout_a else 0), (self.panel * n_loc if relayout_b else 0)
+        return [(self.backend.empty((a_size,), self.dtype) if a_size else None,
+                 self.backend.empty((b_size,), self.dtype) if b_size else None) for _ in range(self.ring)]
 
     def _check_memory(self) -> None:
         """Collective: refuse blocks that do not fit, counting every rank on this device.
@@ -244,6 +277,26 @@ class Engine:
             return data[: self.m_loc * width].reshape((self.m_loc, width), order="F")
         return data[: width * self.n_loc].reshape((width, self.n_loc))
 
+    def _for_gemm(self, transfer, width: int, operand: str, slot: int):
+        """The panel in the order the GEMM takes, and the event the GEMM waits for.
+
+        Where the GEMM takes it in the other order it is re-laid out into the
+        slot's scratch on the communication stream as soon as it is there, so
+        that the copy overlaps the GEMM before it.  Returns ``(panel, ready,
+        relaid)``.
+        """
+        panel = self._panel(transfer, width, operand)
+        index = 0 if operand == "A" else 1
+        wanted = self.gemm_order[index]
+        # An empty C needs no GEMM, so no panel in another order either.
+        if wanted == ("F" if operand == "A" else "C") or self.m_loc * self.n_loc == 0:
+            return panel, transfer.ready, False
+        backend, stream = self.backend, self.backend.comm_stream
+        target = self.scratch[slot][index][: panel.size].reshape(panel.shape, order=wanted)
+        backend.wait(stream, transfer.ready)
+        backend.relayout(target, panel, stream)
+        return target, backend.event(stream), True
+
     def multiply(self) -> IterationTimes:
         """One distributed product ``C = A·B``; returns this rank's timings."""
         backend = self.backend
@@ -251,7 +304,7 @@ class Engine:
         compute_stream, comm_stream = backend.compute_stream, backend.comm_stream
         nsteps = len(self.plan)
         gemm_done = [None] * self.ring
-        fetched: dict[int, tuple[Transfer, Transfer]] = {}
+        fetched: dict[int, tuple] = {}  # step: A's panel for the GEMM, its ready event, B's, its ready event
         marks: dict[int, StepMarks] = {}
         self.bytes_by_pair.clear()
         # The stream is idle (the last product synchronized): the start happens when it is recorded.
@@ -271,14 +324,18 @@ class Engine:
             # gemm_done[slot] (GEMM s - ring) is as late as any GEMM that read their slot.
             a = self.row.fetch(step.a_root, step.a_offset * self.m_loc * itemsize, width * self.m_loc * itemsize,
                                s, gemm_done[slot])
+            # A re-layout is part of its panel's transfer: communication-stream work, timed with it.
+            a_panel, a_ready, a_relaid = self._for_gemm(a, width, "A", slot)
             a_end = backend.event(comm_stream)
             b = self.col.fetch(step.b_root, step.b_offset * self.n_loc * itemsize, width * self.n_loc * itemsize,
                                s, gemm_done[slot])
+            b_panel, b_ready, b_relaid = self._for_gemm(b, width, "B", slot)
             b_end = backend.event(comm_stream)
-            fetched[s] = (a, b)
+            fetched[s] = (a_panel, a_ready, b_panel, b_ready)
             marks[s] = StepMarks(before if a.started is None else a.started, a_end,
                                  a_end if b.started is None else b.started, b_end,
-                                 a.ready is not None or a.host_bound, b.ready is not None or b.host_bound)
+                                 a.ready is not None or a.host_bound or a_relaid,
+                                 b.ready is not None or b.host_bound or b_relaid)
             for t in (a, b):
                 if t.nbytes:
                     self.bytes_by_pair[(t.source, self.topo.rank, t.path)] += t.nbytes
@@ -288,12 +345,11 @@ class Engine:
         for s in range(nsteps):
             if self.prefetch == 0:
                 fetch(s)
-            a, b = fetched.pop(s)
-            backend.wait(compute_stream, a.ready)
-            backend.wait(compute_stream, b.ready)
+            a_panel, a_ready, b_panel, b_ready = fetched.pop(s)
+            backend.wait(compute_stream, a_ready)
+            backend.wait(compute_stream, b_ready)
             marks[s].gemm_start = backend.event(compute_stream)
-            backend.gemm(self._panel(a, self.plan[s].width, "A"), self._panel(b, self.plan[s].width, "B"),
-                         self.C, accumulate=s > 0, stream=compute_stream, tf32=self.tf32)
+            backend.gemm(a_panel, b_panel, self.C, accumulate=s > 0, stream=compute_stream, tf32=self.tf32)
             marks[s].gemm_end = gemm_done[s % self.ring] = backend.event(compute_stream)
             if self.prefetch and s + self.prefetch < nsteps:
                 fetch(s + self.prefetch)
@@ -339,3 +395,4 @@ class Engine:
             ch.close()
         self.channels = []
         self.A = self.B = self.C = None
+        self.scratch = []

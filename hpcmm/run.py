@@ -382,7 +382,7 @@ def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: 
                                       ranks=topo.size, gpus=figures.gpus, product_seconds=figures.product_seconds,
                                       step_seconds=figures.step_seconds, host_seconds=figures.host_seconds,
                                       check=check, paths=figures.paths)
-            summary.update(panel=engine.panel, prefetch=engine.prefetch,
+            summary.update(panel=engine.panel, prefetch=engine.prefetch, gemm_order=engine.gemm_order_label,
                            peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports),
                            predicted_imbalance=predicted_imbalance(engine.layout), **setup.arrangement.summary())
             if write:

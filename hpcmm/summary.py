@@ -164,8 +164,10 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
     if "host_overhead_seconds" in s:
         rows.append(("host overhead", f"{100 * s['host_overhead_fraction']:.1f} % "
                                       f"({s['host_overhead_seconds']:.4f} s)"))
+    rows.append(("panel / prefetch", f"{s.get('panel')} / {s.get('prefetch')}"))
+    if "gemm_order" in s:  # files written before the GEMM's operand order was recorded have none
+        rows.append(("GEMM operand order", s["gemm_order"]))
     rows += [
-        ("panel / prefetch", f"{s.get('panel')} / {s.get('prefetch')}"),
         ("paths", ", ".join(s["paths"]) or "(none: one rank)"),
         ("verification", _verification(s)),
     ]

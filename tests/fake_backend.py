@@ -6,7 +6,8 @@ before the host queued it); a stream that waits on an event jumps to it; a
 GEMM occupies its stream for ``gemm_seconds(width)`` and computes the real
 product with numpy, so the run's C is right.  The host has a clock of its
 own, which the test moves (host work between launches) and which
-``synchronize`` brings up to the streams.  Install it with :func:`install`,
+``synchronize`` brings up to the streams.  A re-layout of a panel copies it
+and occupies its stream for ``relayout_seconds``.  Install it with :func:`install`,
 which also makes the engine read the host time from it.
 """
 
@@ -28,11 +29,12 @@ class FakeBackend(CpuBackend):
     name = "fake"
     on_gpu = True
 
-    def __init__(self, gemm_seconds=lambda width: 1.0) -> None:
+    def __init__(self, gemm_seconds=lambda width: 1.0, relayout_seconds: float = 0.0) -> None:
         super().__init__()
         self.host = 0.0
         self.compute_stream, self.comm_stream = FakeStream(), FakeStream()
         self.gemm_seconds = gemm_seconds
+        self.relayout_seconds = relayout_seconds
 
     def now(self) -> float:
         return self.host
@@ -63,6 +65,12 @@ class FakeBackend(CpuBackend):
         super().gemm(a, b, c, accumulate)
         stream = stream if stream is not None else self.compute_stream
         stream.t = max(stream.t, self.host) + self.gemm_seconds(a.shape[1])
+
+    def relayout(self, dst, src, stream=None) -> None:
+        """The real copy, taking ``relayout_seconds`` of ``stream`` (the communication stream by default)."""
+        super().relayout(dst, src)
+        stream = stream if stream is not None else self.comm_stream
+        stream.t = max(stream.t, self.host) + self.relayout_seconds
 
     def transfer(self, seconds: float, blocking: bool) -> float:
         """A transfer of ``seconds`` on the communication stream; MPI-like ones hold the host too."""

@@ -192,6 +192,40 @@ def test_reference_picks_the_fastest_and_names_it(tmp_path, no_peer_packages):
     assert row["hpcmm_over_reference"] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("override, order", [("auto", "FC"), ("CF", "CF"), ("FF", "FF")])
+def test_hpcmm_gemm_candidate_takes_the_runs_orders(tmp_path, no_peer_packages, monkeypatch, override, order):
+    """The 'hpcmm gemm' candidate multiplies in the orders of the run's GEMM and says so; the file records them."""
+    from hpcmm.backend import CpuBackend as Cpu
+
+    given = []
+    gemm = Cpu.gemm
+
+    def recording(self, a, b, c, *args, **kwargs):
+        given.append("".join("F" if x.flags.f_contiguous else "C" for x in (a, b)))
+        return gemm(self, a, b, c, *args, **kwargs)
+
+    def timer(candidate, product, warmup, repeats):
+        given.clear()
+        product()
+        if candidate.call == "gemm":
+            assert given == [order], (candidate.name, given)
+        return [1.0] * repeats
+
+    monkeypatch.setattr(Cpu, "gemm", recording)
+    out = tmp_path / "orders.h5"
+    status = bench.bench_main(_ns(cases="float64:40x24x32", reference_timer=timer),
+                              RunConfig(device="cpu", out=str(out), gemm_order=override), MPI.COMM_SELF)
+    assert status == 0
+    label = f"A:{order[0]} B:{order[1]}"
+    with h5py.File(out, "r") as f:
+        refs = f["reference"][()]
+        assert f["bench"]["gemm_order"][0].decode() == label
+    names = [c.decode() for c in refs["candidate"]]
+    assert names[4] == f"hpcmm gemm {label}"
+    own = names.index("hpcmm 1 rank")
+    assert (refs["a_order"][own].decode(), refs["b_order"][own].decode()) == (order[0], order[1])
+
+
 def test_pick_reference_without_hpcmm_and_with_failures():
     case = bench.parse_cases("float32:10")[0]
     cands = [{"candidate": "a", "library": "cupy", "a_order": "C", "b_order": "C", "seconds": float("nan"),

@@ -175,6 +175,18 @@ def test_bad_input_exits_2_and_writes_nothing(mpiexec, tmp_path, args, ranks, te
     no_leftovers(tmp_path)
 
 
+def test_bad_gemm_order_exits_2_before_work(mpiexec, tmp_path):
+    """HPCMM_GEMM_ORDER is checked with the command line, on every rank: one line, no file, exit 2."""
+    out = tmp_path / "never.h5"
+    job = ranklog.run([ranklog.Part(ranklog.hpcmm_argv("--m", "8", "--out", str(out)), ranks=2)], tmp_path / "logs",
+                      tmp_path, LIMIT, env={"HPCMM_DEVICE": "cpu", "HPCMM_GEMM_ORDER": "AB"})
+    assert job.rc == 2, job.describe()
+    rank, error = job.the_line("hpcmm: error:")
+    assert rank == 0 and "HPCMM_GEMM_ORDER='AB': expected auto or" in error, job.describe()
+    assert not out.exists()
+    no_leftovers(tmp_path)
+
+
 def test_unknown_variable_exits_2(mpiexec, tmp_path):
     proc = hpcmm(mpiexec, 2, "--m", "8", "--out", str(tmp_path / "x.h5"), HPCMM_PANLE="4")
     assert proc.returncode == 2, proc.stdout

@@ -23,6 +23,7 @@ from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 
 from hpcmm.backend import GpuBackend, gpu_count, make_backend
 from hpcmm.dtypes import read_dataset
+from hpcmm.gemm_orders import ORDER_BY_TYPE, ORDERS, label, type_key
 from hpcmm.verify import tolerance
 
 GPUS = gpu_count()
@@ -75,12 +76,14 @@ def componentwise_error(c, a, b, c0=None) -> float:
     return float(np.max(np.abs(c.astype(wide) - ref) / scale))
 
 
-def device_gemm(be, a, b, c0, accumulate, tf32=False):
+def device_gemm(be, a, b, c0, accumulate, tf32=False, order="FC"):
+    """``c0 (+)= a b`` on the device with A and B in ``order`` (A's then B's: C row-major, F column-major)."""
     cupy = be.cupy
-    a_d = be.from_host(a, order="F")
-    b_d = be.from_host(b)
+    a_d = be.from_host(a, order=order[0])
+    b_d = be.from_host(b, order=order[1])
     c_d = be.from_host(c0)
-    assert a_d.flags.f_contiguous and b_d.flags.c_contiguous
+    for x, o in ((a_d, order[0]), (b_d, order[1])):
+        assert x.flags.f_contiguous if o == "F" else x.flags.c_contiguous
     be.gemm(a_d, b_d, c_d, accumulate=accumulate, stream=be.compute_stream, tf32=tf32)
     be.stream_synchronize(be.compute_stream)
     assert isinstance(c_d, cupy.ndarray)
@@ -105,6 +108,46 @@ def test_gemm_matches_numpy(backend, dtype, accumulate, shape):
     if not accumulate:
         # C was overwritten (beta = 0), not added to.
         assert componentwise_error(c, a, b, c0) > bound or np.allclose(c0, 0)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("dtype, tf32", [("float64", False), ("float32", False), ("float32", True),
+                                         ("float16", False), ("bfloat16", False), ("complex128", False),
+                                         ("complex64", False)])
+@pytest.mark.parametrize("shape", [(37, 29, 23), (1, 5, 3), (64, 1, 17), (5, 7, 1), (300, 200, 257)])
+def test_gemm_in_every_operand_order(backend, dtype, tf32, order, shape):
+    """C += A·B with A and B each row- or column-major: the ops and leading dimensions cuBLAS gets."""
+    m, n, w = shape
+    a, b, c0 = host_operands(m, n, w, dtype, seed=3)
+    c = device_gemm(backend, a, b, c0, accumulate=True, tf32=tf32, order=order)
+    error = componentwise_error(c, a, b, c0)
+    bound = tolerance(dtype, w, steps=1, tf32=tf32)
+    assert error <= bound, f"{dtype}{' tf32' if tf32 else ''} {order} error {error:.3e} > {bound:.3e}"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "complex128"])
+@pytest.mark.parametrize("shape", [(1, 5), (5, 1), (33, 65), (1000, 37), (0, 4), (4099, 129)])
+def test_relayout_is_an_exact_transpose(backend, dtype, shape):
+    """Both ways, for every element size, from a view inside a larger buffer (as a panel of a block)."""
+    from hpcmm.dtypes import numpy_dtype
+
+    rng = np.random.default_rng(8)
+    host = rng.uniform(-1, 1, shape).astype(numpy_dtype(dtype))
+    if np.dtype(numpy_dtype(dtype)).kind == "c":
+        host = host + 1j * rng.uniform(-1, 1, shape).astype(host.dtype)
+    count = host.size
+    for src_order, dst_order in (("C", "F"), ("F", "C")):
+        buffer = backend.empty((count + 7,), host.dtype)
+        backend.poison(buffer)
+        src = buffer[5 : 5 + count].reshape(shape, order=src_order)
+        src[...] = backend.from_host(host, order=src_order)
+        dst = backend.empty(shape, host.dtype, order=dst_order)
+        backend.synchronize()
+        backend.relayout(dst, src, backend.comm_stream)
+        done = backend.event(backend.comm_stream)
+        backend.event_synchronize(done)
+        assert dst.flags.f_contiguous == (dst_order == "F") or 1 in shape or 0 in shape
+        assert np.array_equal(backend.to_host(dst), host), (src_order, dst_order)
 
 
 def test_spelled_cuda_enumerations_are_cupys():
@@ -157,9 +200,12 @@ def test_gemm_empty_and_layout_errors(backend):
     empty_c = backend.empty((0, 4), np.float64)
     backend.gemm(backend.empty((0, 3), np.float64, order="F"), backend.empty((3, 4), np.float64), empty_c,
                  accumulate=False)
-    a = backend.from_host(np.ones((4, 3)))  # row-major: not what gemm takes
-    with pytest.raises(ValueError, match="column-major"):
+    a = backend.from_host(np.ones((4, 6)))[:, ::2]  # a strided view: neither row- nor column-major
+    with pytest.raises(ValueError, match="gemm wants a contiguous"):
         backend.gemm(a, backend.from_host(np.ones((3, 2))), backend.empty((4, 2), np.float64), accumulate=False)
+    c = backend.empty((2, 4), np.float64, order="F")
+    with pytest.raises(ValueError, match="gemm wants c row-major"):
+        backend.gemm(backend.from_host(np.ones((2, 3))), backend.from_host(np.ones((3, 4))), c, accumulate=False)
 
 
 # -- the rest of the backend -------------------------------------------------------
@@ -257,6 +303,32 @@ def test_one_rank_run_on_the_gpu(tmp_path, dtype, tf32, verify):
     a = generate_block(42, "A", (1031, 777), (0, 1031), (0, 777), dtype)
     b = generate_block(42, "B", (777, 517), (0, 777), (0, 517), dtype)
     assert componentwise_error(c, a, b) <= tolerance(dtype, 777, steps, tf32)
+
+
+@pytest.mark.parametrize("order", [*ORDERS, "auto"])
+@pytest.mark.parametrize("dtype, tf32", [("float64", False), ("float32", True), ("float16", False),
+                                         ("bfloat16", False)])
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_one_rank_run_in_every_gemm_order(tmp_path, dtype, tf32, order, prefetch):
+    """Every GEMM order through the engine (re-laid-out own panels, scratch ring), C checked in full."""
+    from mpi4py import MPI
+
+    import hpcmm
+    from hpcmm.inputs import generate_block
+
+    m, n, k = 1031, 517, 777
+    config = hpcmm.RunConfig(m=m, n=n, k=k, dtype=dtype, tf32=tf32, device="gpu", verify="full", warmup=1,
+                             iters=2, panel=128, prefetch=prefetch, gemm_order=order, save_c=True,
+                             out=str(tmp_path / "order.h5"))
+    result = hpcmm.run(config, comm=MPI.COMM_SELF)
+    used = ORDER_BY_TYPE[type_key(dtype, tf32)] if order == "auto" else order
+    assert result.summary["verified"] is True and result.summary["gemm_order"] == label(used), result.summary
+    with h5py.File(config.out, "r") as f:
+        c = read_dataset(f["result/C"])
+        steps = int(f["config"].attrs["steps"])
+    a = generate_block(42, "A", (m, k), (0, m), (0, k), dtype)
+    b = generate_block(42, "B", (k, n), (0, k), (0, n), dtype)
+    assert componentwise_error(c, a, b) <= tolerance(dtype, k, steps, tf32)
 
 
 # -- several GPUs -------------------------------------------------------------------------

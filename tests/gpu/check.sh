@@ -52,7 +52,8 @@ import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
     s = f["summary"].attrs
     paths = ",".join(p.decode() if isinstance(p, bytes) else p for p in s["paths"])
-    print(f"verified={bool(s['verified'])} paths={paths or '-'} tflops={s['tflops']:.2f} "
+    gemm = s.get("gemm_order", "-").replace("A:", "").replace(" B:", "")
+    print(f"verified={bool(s['verified'])} paths={paths or '-'} gemm={gemm} tflops={s['tflops']:.2f} "
           f"exposed={100 * s['exposed_comm_fraction']:.2f}% host={100 * s.get('host_overhead_fraction', 0):.2f}% "
           f"residual={s['residual']:.1e} detectable={s.get('verify_detectable', float('nan')):.1e}")
 PY
@@ -101,6 +102,12 @@ run_mode() {
       check system f16-wrong-c-fails 1 - -- mpiexec -n 2 python3 tests/fault_runner.py --fault 0:verify:corrupt -- --dtype float16 --quiet
       check system f16-right 0 ipc -- mpiexec -n 2 python3 -m hpcmm --dtype float16 --m 16384 --n 16384 --k 16384 --quiet
       check system tf32-right 0 ipc -- mpiexec -n 2 python3 -m hpcmm --dtype float32 --tf32 --m 16384 --n 16384 --k 16384 --quiet
+      # the GEMM's operand orders (hpcmm.gemm_orders): panels re-laid out after IPC and staged transfers
+      check system n2-bf16-uneven-full 0 ipc -- mpiexec -n 2 python3 -m hpcmm --dtype bfloat16 --m 4099 --n 3001 --k 2001 --verify full --quiet
+      check system n2-rpn1-tf32-full 0 staged -- mpiexec -n 2 python3 -m hpcmm --dtype float32 --tf32 --m 4099 --n 3001 --k 2001 --ranks-per-node 1 --verify full --quiet
+      for order in CC CF FF; do
+        check system "n4-rpn2-order-$order-full" 0 "ipc,staged" -- env HPCMM_GEMM_ORDER=$order mpiexec -n 4 python3 -m hpcmm --m 3001 --n 2003 --k 1999 --ranks-per-node 2 --prefetch 2 --verify full --quiet
+      done
       grep -a "does not fit" "$log" | tail -1 | sed 's/^/    /' >> "$table"
       echo "=== [system] bench transport" >> "$log"
       mpiexec -n 2 python3 -m hpcmm bench transport --sizes "${CHECK_SIZES:-1,4,16,64,256,1024}" --out "$work/transport-system.h5" --overwrite >> "$log" 2>&1

@@ -4,7 +4,10 @@
 # Here (CPU machine), from the project root, bring the peers and numpy's bfloat16 along:
 #   bash ../shared/device/prepare.sh --peers ml_dtypes==0.6.0
 # On the 2-GPU machine, from the project root:
-#   bash tests/gpu/speed_check.sh
+#   bash tests/gpu/speed_check.sh           the whole table (below)
+#   bash tests/gpu/speed_check.sh orders    the GEMM's operand orders only (about 5 minutes): tf32 16384,
+#       float16/bfloat16 16384 and 32768, float64 16384 at 2 ranks, each in the order hpcmm.gemm_orders
+#       picks (bench-orders-*) and again with HPCMM_GEMM_ORDER=FC, as stored, no re-layout (bench-stored-*)
 #
 # In order of priority, each step under `timeout` and inside what is left of SPEED_BUDGET seconds
 # (default 510): `hpcmm bench` at 2 ranks (system MPI, peers on; Heat on its own smaller case within
@@ -44,10 +47,10 @@ step() {
   printf '%-28s %-8s %s\n' "$name" "$what" "$((SECONDS - t0)) s" >> "$steps"
 }
 
-bench() {  # bench NAME LIMIT CASES [OPTIONS...]
+bench() {  # bench NAME LIMIT CASES [OPTIONS...]   ($GEMM_ORDER, where set, goes to hpcmm as HPCMM_GEMM_ORDER)
   local name=$1 limit=$2 cases=$3; shift 3
-  step "bench-$name" "$limit" mpiexec -n 2 python3 -m hpcmm bench --cases "$cases" --iters 3 \
-    --out "$work/bench-$name.h5" --overwrite "$@"
+  step "bench-$name" "$limit" env ${GEMM_ORDER:+HPCMM_GEMM_ORDER=$GEMM_ORDER} \
+    mpiexec -n 2 python3 -m hpcmm bench --cases "$cases" --iters 3 --out "$work/bench-$name.h5" --overwrite "$@"
 }
 
 panel() {  # panel SIZE WIDTH
@@ -76,14 +79,25 @@ except Exception as exc:
     print("cupy bfloat16 does not work here:", type(exc).__name__, exc)
 PY
 
-bench small 120 "float64:4096;float64:8192;float32:4096;float32:8192" --heat-limit 20
-bench 16384 110 "float64:16384;float32:16384" --heat-limit 20
-bench f64-32768 130 "float64:32768" --heat-limit 20
-bench tf32-16384 60 "tf32:16384"
-bench 16bit-16384 80 "float16:16384;bfloat16:16384"
-for size in 16384 32768; do for width in 1024 2048 4096; do panel "$size" "$width"; done; done
-bench 16bit-32768 120 "float16:32768;bfloat16:32768" --no-peers
-bench f32-32768 120 "float32:32768" --heat-limit 20
+if [ "${1:-all}" = orders ]; then
+  for kind in orders stored; do
+    GEMM_ORDER=; [ "$kind" = stored ] && GEMM_ORDER=FC
+    bench "$kind-tf32-16384" 60 "tf32:16384" --no-peers
+    bench "$kind-16bit-16384" 80 "float16:16384;bfloat16:16384" --no-peers
+    bench "$kind-16bit-32768" 120 "float16:32768;bfloat16:32768" --no-peers
+    bench "$kind-f64-16384" 60 "float64:16384" --no-peers
+  done
+  GEMM_ORDER=
+else
+  bench small 120 "float64:4096;float64:8192;float32:4096;float32:8192" --heat-limit 20
+  bench 16384 110 "float64:16384;float32:16384" --heat-limit 20
+  bench f64-32768 130 "float64:32768" --heat-limit 20
+  bench tf32-16384 60 "tf32:16384"
+  bench 16bit-16384 80 "float16:16384;bfloat16:16384"
+  for size in 16384 32768; do for width in 1024 2048 4096; do panel "$size" "$width"; done; done
+  bench 16bit-32768 120 "float16:32768;bfloat16:32768" --no-peers
+  bench f32-32768 120 "float32:32768" --heat-limit 20
+fi
 
 python3 - "$work" > "$OUT/table.txt" 2>&1 <<'PY'
 import glob, os, sys
@@ -93,12 +107,13 @@ import numpy as np
 work = sys.argv[1]
 dec = lambda v: v.decode() if isinstance(v, bytes) else str(v)
 fmt = lambda v, s=".2f": "—" if v != v else format(v, s)
-print(f"{'case (2 ranks, 2 GPUs)':<22}{'hpcmm':>9}{'1-GPU best':>11}{'eff.':>7}  {'1-GPU winner':<26}"
+print(f"{'case (2 ranks, 2 GPUs)':<22}{'GEMM':>9}{'hpcmm':>9}{'1-GPU best':>11}{'eff.':>7}  {'1-GPU winner':<26}"
       f"{'cuBLASMp':>9}{'÷':>6}{'Heat':>7}  {'ok':<3} cuBLASMp config / Heat")
 for path in sorted(glob.glob(os.path.join(work, "bench-*.h5"))):
     with h5py.File(path, "r") as f:
         for r in f["bench"][()]:
-            print(f"{dec(r['case']):<22}{r['hpcmm_tflops']:>9.2f}{r['reference_tflops']:>11.2f}"
+            order = dec(r["gemm_order"]).replace("A:", "").replace(" B:", "") if "gemm_order" in r.dtype.names else "?"
+            print(f"{dec(r['case']):<22}{order:>9}{r['hpcmm_tflops']:>9.2f}{r['reference_tflops']:>11.2f}"
                   f"{fmt(100 * r['efficiency'], '.1f'):>6}%  {dec(r['reference']).split(': ', 1)[-1]:<26}"
                   f"{fmt(r['cublasmp_tflops']):>9}{fmt(r['hpcmm_over_cublasmp']):>6}{fmt(r['heat_tflops']):>7}  "
                   f"{'yes' if r['verified'] else 'NO':<3} {dec(r['cublasmp_note'])[:60]} / {dec(r['heat_note'])[:40]}")

@@ -33,6 +33,7 @@ from hpcmm.config import RunConfig
 from hpcmm.dtypes import BFLOAT16, read_dataset, to_storage
 from hpcmm.engine import Engine
 from hpcmm.errors import InputError, VerificationError
+from hpcmm.gemm_orders import ORDERS, label
 from hpcmm.inputs import generate_block
 from hpcmm.layout import Grid, Layout
 from hpcmm.verify import tolerance
@@ -202,6 +203,44 @@ def _check_timings(result, path, iters):
         assert (f["timings/iteration_seconds"][()] > 0).all()
         assert len(f["timings/steps"]) == steps
     assert result.summary["seconds"] > 0 and result.summary["tflops"] > 0
+
+
+# -- the GEMM's operand orders (hpcmm.gemm_orders) -------------------------------------------
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+@pytest.mark.parametrize("order", ORDERS)
+def test_every_gemm_order(mpi_tmp_path, order, prefetch):
+    """Panels re-laid out for the GEMM (own and arrived ones), uneven shapes, a narrow last panel."""
+    m, n, k = shape("uneven")
+    result = run_and_compare(mpi_tmp_path, m=m, n=n, k=k, panel=3, prefetch=prefetch, gemm_order=order)
+    everywhere(result.summary["gemm_order"] == label(order), f"summary says {result.summary['gemm_order']}")
+
+    def recorded():
+        with h5py.File(mpi_tmp_path / "result.h5", "r") as f:
+            assert f["summary"].attrs["gemm_order"] == label(order)
+            assert f["config"].attrs["gemm_order"] == order
+
+    on_rank0(recorded)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("order", ["CC", "CF", "FF"])
+@pytest.mark.parametrize("ranks_per_node", [1, 2])
+def test_gemm_orders_across_nodes(mpi_tmp_path, order, ranks_per_node):
+    """Re-laid-out panels that came through MPI, and through a node's leader."""
+    m, n, k = shape("uneven")
+    run_and_compare(mpi_tmp_path, m=m, n=n, k=k, panel=2, prefetch=1, ranks_per_node=ranks_per_node,
+                    gemm_order=order)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dtype, order", [("bfloat16", "CF"), ("float16", "FF"), ("float32", "CC"),
+                                          ("complex64", "CF")])
+def test_gemm_orders_of_other_types(mpi_tmp_path, dtype, order):
+    m, n, k = shape("wide")
+    run_and_compare(mpi_tmp_path, m=m, n=n, k=k, dtype=dtype, panel=4, gemm_order=order, seed=11)
 
 
 # -- paths between (virtual) nodes ------------------------------------------------------

@@ -1,0 +1,249 @@
+"""The GEMM's operand orders: the table and its rule, the override, the backend's GEMM in every order,
+and the engine's re-layout of panels (products, scratch memory, timings), at one rank on the CPU.
+
+The same products at 1–4 ranks, through every transfer path: ``tests/mpi/test_run_mpi.py``
+(``test_every_gemm_order``); on a GPU: ``tests/test_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import doctest
+import re
+
+import numpy as np
+import pytest
+from fake_backend import FakeBackend, install
+from mpi4py import MPI
+
+from hpcmm import gemm_orders
+from hpcmm.backend import CpuBackend
+from hpcmm.config import DTYPES, ENVIRONMENT, RunConfig, settings_from_environment
+from hpcmm.dtypes import BFLOAT16
+from hpcmm.engine import Engine, memory_needed
+from hpcmm.errors import InputError
+from hpcmm.gemm_orders import MEASURED, ORDER_BY_TYPE, ORDERS, STORED, choose, gemm_order, label, relaid
+from hpcmm.layout import Grid, Layout
+from hpcmm.topology import Topology
+
+
+def test_module_doctests():
+    result = doctest.testmod(gemm_orders)
+    assert result.attempted >= 6 and result.failed == 0
+
+
+# -- the table ----------------------------------------------------------------------------
+
+
+def test_every_type_has_an_order():
+    assert set(ORDER_BY_TYPE) == {*DTYPES, "tf32"}
+    assert all(order in ORDERS for order in ORDER_BY_TYPE.values())
+    for dtype in DTYPES:
+        assert gemm_order(dtype) == ORDER_BY_TYPE[dtype]
+        assert gemm_order(dtype, on_gpu=False) == STORED  # numpy takes any order: nothing to gain
+    assert gemm_order("float32", tf32=True) == ORDER_BY_TYPE["tf32"] == "CC"
+
+
+def test_table_follows_its_rule_on_the_measurements():
+    """Measured types: the rule's choice; the others (complex): as stored."""
+    for kind, order in ORDER_BY_TYPE.items():
+        assert order == (choose(MEASURED[kind]) if kind in MEASURED else STORED), kind
+    # What the rule found: tf32 and the 16-bit types gain from another order, float64/float32 do not.
+    assert {k: ORDER_BY_TYPE[k] for k in MEASURED} == {"float64": "FC", "float32": "FC", "tf32": "CC",
+                                                        "float16": "FF", "bfloat16": "CF"}
+
+
+def test_docstring_shows_the_measured_numbers_and_the_rule():
+    """The table in the module's docstring is MEASURED, and its arrows are ORDER_BY_TYPE."""
+    shown: dict[str, dict[int, dict[str, float]]] = {}
+    arrows = {}
+    kind = None
+    for line in gemm_orders.__doc__.splitlines():
+        m = re.fullmatch(r"\s+(\w+)?\s+(\d{5})\s+([\d.*]+)\s+([\d.*]+)\s+([\d.*]+)\s+([\d.*]+)\s*(?:→ (\w\w))?.*",
+                         line)
+        if not m:
+            continue
+        kind = m.group(1) or kind
+        rates = [float(v.rstrip("*")) for v in m.group(3, 4, 5, 6)]
+        shown.setdefault(kind, {})[int(m.group(2))] = dict(zip(("CC", "CF", "FC", "FF"), rates))
+        if m.group(7):
+            arrows[kind] = m.group(7)
+    assert shown == MEASURED
+    assert arrows == {k: ORDER_BY_TYPE[k] for k in MEASURED}
+
+
+def test_rule_prefers_fewer_relayouts_then_the_smaller_loss():
+    assert choose({1: {"CC": 100.0, "CF": 100.0, "FC": 100.0, "FF": 100.0}}) == "FC"
+    assert choose({1: {"CC": 100.0, "CF": 50.0, "FC": 50.0, "FF": 99.5}}) == "CC"
+    # Best at one size, more than 1 % behind at the other, and no order good at both: as stored.
+    assert choose({1: {"CC": 100.0, "CF": 90.0, "FC": 90.0, "FF": 90.0},
+                   2: {"CC": 90.0, "CF": 100.0, "FC": 90.0, "FF": 90.0}}) == STORED
+
+
+def test_labels_and_relayouts():
+    assert [label(o) for o in ORDERS] == ["A:F B:C", "A:C B:C", "A:C B:F", "A:F B:F"]
+    assert [relaid(o) for o in ORDERS] == [(False, False), (True, False), (True, True), (False, True)]
+
+
+# -- the override ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, value", [("FC", "FC"), ("cf", "CF"), (" Cc ", "CC"), ("ff", "FF"),
+                                         ("auto", "auto"), ("AUTO", "auto")])
+def test_override_from_the_environment(text, value):
+    assert "HPCMM_GEMM_ORDER" in ENVIRONMENT
+    assert settings_from_environment({"HPCMM_GEMM_ORDER": text}) == {"gemm_order": value}
+    assert gemm_order("float64", override=value) == (value if value != "auto" else "FC")
+    assert gemm_order("bfloat16", on_gpu=False, override=value) == (value if value != "auto" else STORED)
+
+
+@pytest.mark.parametrize("text", ["", "C", "CFC", "XY", "rc", "A:C B:F", "F C"])
+def test_bad_override_is_one_line_naming_the_variable(text):
+    with pytest.raises(InputError) as info:
+        settings_from_environment({"HPCMM_GEMM_ORDER": text})
+    message = str(info.value)
+    assert message.startswith(f"HPCMM_GEMM_ORDER={text!r}: expected auto or")
+    assert "FC, CC, CF, FF" in message and "\n" not in message
+
+
+def test_run_config_refuses_an_unknown_order():
+    with pytest.raises(InputError, match="HPCMM_GEMM_ORDER='cf': expected auto or one of FC, CC, CF, FF"):
+        RunConfig(gemm_order="cf")  # the library takes the normalised spelling only
+    assert RunConfig().gemm_order == "auto" and RunConfig(gemm_order="CF").gemm_order == "CF"
+
+
+# -- the backend's GEMM and re-layout on the CPU ------------------------------------------------
+
+
+def _operands(dtype, m, n, w, order, seed=5):
+    rng = np.random.default_rng(seed)
+    a = (rng.random((m, w)) * 2 - 1).astype(dtype)
+    b = (rng.random((w, n)) * 2 - 1).astype(dtype)
+    a = np.asfortranarray(a) if order[0] == "F" else np.ascontiguousarray(a)
+    b = np.asfortranarray(b) if order[1] == "F" else np.ascontiguousarray(b)
+    return a, b
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("dtype", ["float64", "float32", BFLOAT16])
+def test_cpu_gemm_takes_every_order(order, dtype):
+    a, b = _operands(dtype, 9, 7, 5, order)
+    assert (a.flags.f_contiguous, b.flags.f_contiguous) == (order[0] == "F", order[1] == "F")
+    backend = CpuBackend()
+    c = np.full((9, 7), np.nan, dtype=dtype)
+    backend.gemm(a, b, c, accumulate=False)
+    backend.gemm(a, b, c, accumulate=True)
+    exact = 2 * (a.astype(np.float64) @ b.astype(np.float64))
+    bound = {"float64": 1e-14, "float32": 1e-5, BFLOAT16: 2e-2}[dtype] * 5 * 2
+    assert np.max(np.abs(c.astype(np.float64) - exact)) <= bound
+
+
+@pytest.mark.parametrize("shape", [(7, 3), (1, 5), (5, 1), (0, 4)])
+def test_cpu_relayout_both_ways(shape):
+    src = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    for source, target in ((np.ascontiguousarray(src), np.empty(shape, np.float32, order="F")),
+                           (np.asfortranarray(src), np.empty(shape, np.float32, order="C"))):
+        CpuBackend().relayout(target, source)
+        assert np.array_equal(target, src)
+
+
+# -- the engine ------------------------------------------------------------------------------
+
+
+def _engine(m, n, k, order, *, panel=3, prefetch=1, dtype="float64", seed=2):
+    topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
+    config = RunConfig(panel=panel, prefetch=prefetch, dtype=dtype, gemm_order=order)
+    try:
+        engine = Engine(topo, CpuBackend(), Layout(m, n, k, Grid(1, 1)), config, False)
+    except Exception:
+        topo.close()
+        raise
+    rng = np.random.default_rng(seed)
+    a, b = rng.random((m, k)) * 2 - 1, rng.random((k, n)) * 2 - 1
+    engine.load(a, b)
+    return topo, engine, a, b
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+@pytest.mark.parametrize("order", ORDERS)
+def test_engine_product_in_every_order(order, prefetch, monkeypatch):
+    """Uneven shape, panels of 3 (a last narrow one): C (poisoned with NaN first) is A·B, and every
+    GEMM got its panels in the orders asked for."""
+    topo, engine, a, b = _engine(13, 8, 11, order, prefetch=prefetch)
+    seen = []
+    gemm = CpuBackend.gemm
+
+    def recording(self, a_panel, b_panel, c, *args, **kwargs):
+        seen.append("".join("F" if x.flags.f_contiguous else "C" for x in (a_panel, b_panel)))
+        return gemm(self, a_panel, b_panel, c, *args, **kwargs)
+
+    monkeypatch.setattr(CpuBackend, "gemm", recording)
+    try:
+        assert np.isnan(engine.C).all()
+        for _ in range(2):  # a second product reuses the scratch slots
+            engine.multiply()
+            c = np.array(engine.C)
+            assert np.isfinite(c).all()
+            np.testing.assert_allclose(c, a @ b, rtol=0, atol=1e-13)
+        assert seen == [order] * 2 * len(engine.plan)
+        assert engine.gemm_order == order and engine.gemm_order_label == label(order)
+        used = [(x is not None, y is not None) for x, y in engine.scratch]
+        assert used == [relaid(order)] * (prefetch + 1)
+    finally:
+        engine.close()
+        topo.close()
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_memory_figure_grows_by_the_scratch_exactly_when_a_relayout_is_needed(order):
+    m, n, k, panel, prefetch = 13, 8, 11, 3, 2
+    topo, engine, _, _ = _engine(m, n, k, order, panel=panel, prefetch=prefetch)
+    try:
+        ring = prefetch + 1
+        plain = memory_needed(engine.layout, 0, 8, panel, engine.slots_per_operand())
+        relayout_a, relayout_b = relaid(order)
+        extra = ring * panel * (m * relayout_a + n * relayout_b) * 8
+        assert engine.needed_bytes() == plain + extra
+        assert engine.device_bytes == engine.needed_bytes()  # the figure the memory check used
+        held = sum(x.nbytes for pair in engine.scratch for x in pair if x is not None)
+        assert held == extra
+        assert (extra > 0) == (order != STORED)
+    finally:
+        engine.close()
+        topo.close()
+
+
+def test_memory_check_counts_the_scratch(monkeypatch):
+    """A device with room for the blocks and rings, not for the scratch: refused only where a re-layout is needed."""
+    m, n, k, panel = 13, 8, 11, 3
+    base = memory_needed(Layout(m, n, k, Grid(1, 1)), 0, 8, panel, 2)
+    monkeypatch.setattr(CpuBackend, "memory_info", lambda self: (base, base))
+    topo, engine, _, _ = _engine(m, n, k, "FC", panel=panel)
+    engine.close()
+    topo.close()
+    with pytest.raises(InputError, match="does not fit"):
+        _engine(m, n, k, "FF", panel=panel)
+
+
+def test_relayout_is_communication_stream_work_overlapping_the_previous_gemm(monkeypatch):
+    """Own panels only (one rank), A re-laid out (CC) in 0.25 s, GEMMs of 1 s, prefetch 1, four steps.
+
+    Step 0: A's copy 0 → 0.25, GEMM 0.25 → 1.25 (waited 0.25 for data).  Step 1's copy runs
+    0.25 → 0.5, under GEMM 0; step 2's waits for GEMM 0 to free its slot (1.25 → 1.5), under
+    GEMM 1.  So every step's comm is 0.25, only the first GEMM waits, the product takes 4.25.
+    """
+    topo, engine, a, b = _engine(12, 7, 8, "CC", panel=2, prefetch=1)
+    try:
+        fake = FakeBackend(lambda width: 1.0, relayout_seconds=0.25)
+        install(monkeypatch, engine, fake)
+        times = engine.multiply()
+        np.testing.assert_allclose(np.array(engine.C), a @ b, rtol=0, atol=1e-13)
+        assert times.steps[:, 0].tolist() == [1.0] * 4
+        assert times.steps[:, 1].tolist() == [0.25] * 4
+        assert times.steps[:, 2].tolist() == [0.25, 0.0, 0.0, 0.0]
+        assert times.seconds == 4.25
+        # The timeline's A bars are the copies, on the communication stream.
+        a_bars = [(start, end) for stream, kind, _, start, end in times.timeline if kind == 1]
+        assert a_bars == [(0.0, 0.25), (0.25, 0.5), (1.25, 1.5), (2.25, 2.5)]
+    finally:
+        engine.close()
+        topo.close()
