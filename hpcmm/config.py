@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from .balance import DEFAULT_MODE as DEFAULT_BALANCE
 from .balance import MODES as BALANCE_MODES
 from .errors import InputError
+from .algorithms.layers import parse_algo
 
 __all__ = [
     "BALANCE_MODES",
@@ -205,6 +206,10 @@ ENVIRONMENT: dict[str, EnvSetting] = {
     "HPCMM_BALANCE": EnvSetting(
         "balance", _choice("HPCMM_BALANCE", BALANCE_MODES), "share, measured or none"
     ),
+    "HPCMM_ALGO": EnvSetting(
+        "algo", lambda t: str(parse_algo(t, "HPCMM_ALGO")),
+        "summa, 2.5d, 2.5d:C or auto",
+    ),
     "HPCMM_TIMELINE": EnvSetting(
         "timeline", _yes_no("HPCMM_TIMELINE"), "record every transfer and GEMM (yes or no)"
     ),
@@ -273,6 +278,10 @@ class RunConfig:
     tf32: bool = False
     timeline: bool = True
     quiet: bool = False
+    #: ``summa``, ``2.5d`` (the layer count the cost model finds fastest), ``2.5d:C`` or ``auto``.
+    algo: str = "summa"
+    #: Machine description for ``--algo auto`` and ``2.5d`` (a built-in name or a JSON file; ``None``: the model's default).
+    machine: str | None = None
     # Provenance, not settings: carried to the messages and the results file, not to /config.
     #: Fields whose value came from an ``HPCMM_*`` variable (a message then names the variable).
     from_environment: frozenset[str] = dataclasses.field(default=frozenset(), metadata={"provenance": True})
@@ -304,6 +313,10 @@ class RunConfig:
         parse_positive_int("--seed", self.seed, minimum=0)
         if self.ranks_per_node is not None:
             parse_positive_int("--ranks-per-node", self.ranks_per_node)
+        algo = parse_algo(self.algo, self.origin("algo"))
+        if algo.name != "summa" and self.grid is not None:
+            raise InputError(f"--grid={self.grid[0]}x{self.grid[1]}: applies to --algo=summa only, not "
+                             f"{self.origin('algo')}={self.algo} (each 2.5d layer takes the most square grid)")
         if self.tf32 and self.dtype != "float32":
             raise InputError(f"--tf32 applies to float32 only, not --dtype={self.dtype}")
         if (self.a is None) != (self.b is None):
