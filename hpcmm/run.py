@@ -71,7 +71,8 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
         config, shape = _problem(config, backend, sources)
         awareness = decide(config.cuda_aware_mpi, option_source=config.origin("cuda_aware_mpi"))
         nodes = node_ranks(launch)
-        choice = _choose(launch, config, shape, nodes, awareness.aware)
+        # On CPUs MPI moves the blocks' own (host) buffers: the model's "mpi" path, never "staged".
+        choice = _choose(launch, config, shape, nodes, awareness.aware or not backend.on_gpu)
         arrangement = arrange(launch.comm, launch.host, backend, config, shape)
         if arrangement.hint:  # ranks share a GPU without MPS
             say(arrangement.hint)
@@ -308,7 +309,8 @@ def _timed_products(engine: Engine, config: RunConfig, say) -> Timings:
 def _verify(engine: Engine, config: RunConfig, verify: str) -> Check | None:
     """Collective: the check of C that ``verify`` names (``none``: no check)."""
     # 2.5D stores C once more per partial block added in the reduction.
-    stores = len(engine.plan) + (engine.layers.count - 1 if isinstance(engine, LayeredEngine) else 0)
+    # (the longest layer's steps, so that every rank models the same rounding).
+    stores = engine.steps + engine.layers.count - 1 if isinstance(engine, LayeredEngine) else len(engine.plan)
     product = Product(engine.A, engine.B, engine.C, config.dtype, stores, config.tf32)
     if verify == "freivalds":
         return freivalds(engine.topo, engine.layout, engine.backend, product, config.seed)
