@@ -25,6 +25,7 @@ import time
 from .config import BALANCE_MODES, DEVICES, DTYPES, MAX_PREFETCH, TRISTATE, VERIFY_MODES, RunConfig, new_output_name
 from .config import parse_grid, parse_matrix_source, parse_positive_int, settings_from_environment
 from . import status as status_file
+from .algorithms.layers import parse_algo
 from .errors import HpcmmError, InputError, collective
 from .startup import one_line
 
@@ -151,6 +152,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="SUMMA panel width (default: up to 2048 on GPUs, 256 on CPUs)")
     g.add_argument("--prefetch", type=_int("--prefetch", 0, MAX_PREFETCH), metavar="D",
                    help=f"panels in flight ahead of the GEMM, 0 to {MAX_PREFETCH} {_default('prefetch')}")
+    g.add_argument("--algo", type=_argtype(lambda t: str(parse_algo(t))), metavar="A",
+                   help="summa; 2.5d:C (k cut over C layers of each node, partial C reduced in the node); "
+                        "2.5d (the C the cost model finds fastest); auto (summa or 2.5d:C, whichever the "
+                        f"cost model finds fastest) {_default('algo')}")
+    g.add_argument("--machine", metavar="NAME|FILE.json",
+                   help="machine description the cost model uses for --algo auto and 2.5d, as "
+                        "'model --machine' (default h200x2)")
     g.add_argument("--balance", choices=BALANCE_MODES,
                    help="block sizes follow each rank's weight: share (1 / the ranks on its GPU, or on its "
                         "host's CPU), measured (its rate in a short GEMM timing on every rank at start-up), "

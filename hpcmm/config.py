@@ -21,6 +21,7 @@ from .errors import InputError
 from .gemm_orders import AUTO as GEMM_ORDER_AUTO
 from .gemm_orders import ORDERS as GEMM_ORDERS
 from .gemm_orders import parse_order
+from .algorithms.layers import parse_algo
 
 __all__ = [
     "BALANCE_MODES",
@@ -208,6 +209,10 @@ ENVIRONMENT: dict[str, EnvSetting] = {
     "HPCMM_BALANCE": EnvSetting(
         "balance", _choice("HPCMM_BALANCE", BALANCE_MODES), "share, measured or none"
     ),
+    "HPCMM_ALGO": EnvSetting(
+        "algo", lambda t: str(parse_algo(t, "HPCMM_ALGO")),
+        "summa, 2.5d, 2.5d:C or auto",
+    ),
     "HPCMM_TIMELINE": EnvSetting(
         "timeline", _yes_no("HPCMM_TIMELINE"), "record every transfer and GEMM (yes or no)"
     ),
@@ -282,6 +287,10 @@ class RunConfig:
     quiet: bool = False
     #: The local GEMM's operand orders (:mod:`hpcmm.gemm_orders`): ``auto`` (the table) or FC, CC, CF, FF.
     gemm_order: str = GEMM_ORDER_AUTO
+    #: ``summa``, ``2.5d`` (the layer count the cost model finds fastest), ``2.5d:C`` or ``auto``.
+    algo: str = "summa"
+    #: Machine description for ``--algo auto`` and ``2.5d`` (a built-in name or a JSON file; ``None``: the model's default).
+    machine: str | None = None
     # Provenance, not settings: carried to the messages and the results file, not to /config.
     #: Fields whose value came from an ``HPCMM_*`` variable (a message then names the variable).
     from_environment: frozenset[str] = dataclasses.field(default=frozenset(), metadata={"provenance": True})
@@ -316,6 +325,10 @@ class RunConfig:
         if self.gemm_order != GEMM_ORDER_AUTO and self.gemm_order not in GEMM_ORDERS:
             raise InputError(f"HPCMM_GEMM_ORDER={self.gemm_order!r}: expected {GEMM_ORDER_AUTO} or one of "
                              f"{', '.join(GEMM_ORDERS)}")
+        algo = parse_algo(self.algo, self.origin("algo"))
+        if algo.name != "summa" and self.grid is not None:
+            raise InputError(f"--grid={self.grid[0]}x{self.grid[1]}: applies to --algo=summa only, not "
+                             f"{self.origin('algo')}={self.algo} (each 2.5d layer takes the most square grid)")
         if self.tf32 and self.dtype != "float32":
             raise InputError(f"--tf32 applies to float32 only, not --dtype={self.dtype}")
         if (self.a is None) != (self.b is None):

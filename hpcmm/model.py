@@ -28,11 +28,11 @@ machine=builtin("h200x2"))`` gives a 2×1 grid, one B panel per step over IPC,
 and a time a few per cent above the GEMM alone (the first, narrow panel's pull
 and the narrow ramp GEMMs).
 
-Beside hpcmm's own algorithm (``summa``) it predicts two designs that do not
-exist in the code yet (:func:`predict` with ``algo``): ``split-relay`` (a
-crossing panel cut into one piece per node member, each on its own NIC,
-gathered in the node over IPC) and ``2.5d:C`` (k cut over C layers of the node,
-partial C reduced over IPC at the end).
+Beside SUMMA (``summa``) it predicts ``2.5d:C`` (k cut over C layers of every
+node, partial C reduced over IPC at the end; built: :mod:`hpcmm.layered`, and
+``run --algo auto`` picks by this model) and a design not in the code,
+``split-relay`` (a crossing panel cut into one piece per node member, each on
+its own NIC, gathered in the node over IPC).
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ __all__ = [
 ITEMSIZE = {"float64": 8, "float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2,
             "complex128": 16, "complex64": 8}
 ALGOS = ("summa", "split-relay", "2.5d", "auto")
+#: The machine description ``--machine`` names when it is not given (``model`` and ``run --algo auto``).
+DEFAULT_MACHINE = "h200x2"
 _SELF, _PULL, _LEADER, _FOLLOWER = 0, 1, 2, 3
 
 
@@ -523,7 +525,7 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     if algo == "auto":
         options = [predict(problem, ranks, machine, ranks_per_node=ranks_per_node, ranks_per_host=ranks_per_host,
                            grid=grid, panel=panel, prefetch=prefetch, algo=a, cuda_aware=cuda_aware)
-                   for a in _auto_candidates(ranks, machine, ranks_per_host)]
+                   for a in _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host)]
         feasible = [p for p in options if math.isfinite(p.seconds)]
         return min(feasible or options, key=lambda p: p.seconds)
     if algo.startswith("2.5d"):
@@ -535,10 +537,11 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
                      machine.cuda_aware if cuda_aware is None else cuda_aware)
 
 
-def _auto_candidates(ranks, machine, ranks_per_host):
+def _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host):
     per_host = ranks_per_host or min(ranks, machine.devices_per_node)
+    node = ranks_per_node or per_host
     out = ["summa", "split-relay"]
-    out += [f"2.5d:{c}" for c in (2, 4, 8) if per_host % c == 0 and ranks % c == 0 and c <= per_host]
+    out += [f"2.5d:{c}" for c in (2, 4, 8) if node % c == 0 and per_host % c == 0 and ranks % c == 0]
     return out
 
 
@@ -783,7 +786,7 @@ def _fits(problem, grid, panel, prefetch, machine, sharers: int, extra: int = 0)
 
 
 def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch, cuda_aware):
-    """2.5D with k cut over ``c`` layers inside each node (a design, not in the code).
+    """2.5D with k cut over ``c`` layers inside each node (``run --algo 2.5d:C``, :mod:`hpcmm.layered`).
 
     Each layer runs hpcmm's SUMMA on (m, n, k/c) over ranks/c ranks, using the
     node's devices and NICs of its layer; the c partial C blocks of a node are
@@ -792,22 +795,25 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
     owns its k range); the memory price is a whole partial C per rank.
     """
     per_host = ranks_per_host or (ranks if machine.hosts == 1 else min(ranks, machine.devices_per_node))
+    # Layers cut every (virtual) node: layer l is its node-local ranks [l·q, (l+1)·q)
+    # (hpcmm.algorithms.layers, the rule the run uses).
+    node = ranks_per_node or per_host
     if algo == "2.5d":
         options = [_predict_25d(problem, ranks, machine, f"2.5d:{c}", ranks_per_node, ranks_per_host, panel,
-                                prefetch, cuda_aware) for c in (2, 4, 8) if per_host % c == 0 and ranks % c == 0]
+                                prefetch, cuda_aware) for c in (2, 4, 8) if node % c == 0 and ranks % c == 0]
         if not options:
-            raise InputError(f"--algo=2.5d: no layer count of 2, 4, 8 divides {per_host} ranks per host")
+            raise InputError(f"--algo=2.5d: no layer count of 2, 4, 8 divides the {node} ranks of each node")
         return min(options, key=lambda p: p.seconds)
     try:
         c = int(algo.split(":", 1)[1])
     except (IndexError, ValueError):
         raise InputError(f"--algo={algo!r}: expected 2.5d or 2.5d:C with C an integer") from None
-    if c < 1 or per_host % c or ranks % c:
-        raise InputError(f"--algo={algo}: {c} layers must divide the {per_host} ranks of a host and the {ranks} ranks")
+    if c < 1 or node % c or ranks % c or per_host % c:
+        raise InputError(f"--algo={algo}: {c} layers must divide the {node} ranks of each node")
     sub = Problem(problem.m, problem.n, -(-problem.k // c), problem.dtype)
     sliced = machine.replace(devices_per_node=max(1, machine.devices_per_node // c),
                              nics_per_node=max(1, machine.nics_per_node // c))
-    rpn = (ranks_per_node or per_host) // c or 1
+    rpn = node // c
     pred = _simulate(sub, ranks // c, sliced, rpn, per_host // c, None, panel, prefetch, "summa",
                      machine.cuda_aware if cuda_aware is None else cuda_aware)
     rows, cols = compute_dims(ranks // c)
@@ -975,7 +981,7 @@ def model_main(ns, comm=None) -> int:
     if ns.what == "measure":
         return measure_main(ns, comm)
     rank = comm.Get_rank() if comm is not None else 0
-    machine = load_machine(ns.machine or "h200x2")
+    machine = load_machine(ns.machine or DEFAULT_MACHINE)
     if ns.what == "show":
         text = machine.to_json()
     elif ns.what == "check":

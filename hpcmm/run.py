@@ -21,6 +21,8 @@ import numpy as np
 from mpi4py import MPI
 
 from . import h5io
+from .algo_choice import Choice, Placed, choose
+from .algorithms.layers import Layers
 from .arrangement import Arrangement, arrange
 from .backend import host_memory
 from .clock import SharedClock, product_window
@@ -28,6 +30,7 @@ from .config import RunConfig
 from .engine import PHASES, Engine, IterationTimes
 from .errors import InputError, VerificationError, agree, collective
 from .inputs import MatrixSource, check_pair, generate_block, open_source
+from .layered import LayeredEngine, node_ranks
 from .layout import Layout, predicted_imbalance
 from .metadata import topology_row, versions
 from .placement import arranged, placement
@@ -66,23 +69,28 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
     sources = _check_before_work(comm, config, write)
     with placement(comm, config) as (launch, backend), _blas_threads(launch):
         config, shape = _problem(config, backend, sources)
+        awareness = decide(config.cuda_aware_mpi, option_source=config.origin("cuda_aware_mpi"))
+        nodes = node_ranks(launch)
+        # On CPUs MPI moves the blocks' own (host) buffers: the model's "mpi" path, never "staged".
+        choice = _choose(launch, config, shape, nodes, awareness.aware or not backend.on_gpu)
         arrangement = arrange(launch.comm, launch.host, backend, config, shape)
         if arrangement.hint:  # ranks share a GPU without MPS
             say(arrangement.hint)
-        awareness = decide(config.cuda_aware_mpi, option_source=config.origin("cuda_aware_mpi"))
         if backend.on_gpu and not awareness.known and launch.vnode_count > 1:
             say(awareness.hint)
-        with arranged(launch, config, arrangement.order, arrangement.grid) as topo, \
-                Engine(topo, backend, _layout(topo, config, shape, arrangement), config, awareness.aware) as engine:
+        if choice.layers is not None:  # 2.5D layers take near-equal blocks in launch order
+            arrangement = dataclasses.replace(arrangement, order=tuple(range(launch.size)), weighted=False)
+        with _engine(launch, backend, config, shape, arrangement, awareness.aware, choice, nodes) as engine:
+            topo = engine.topo
             _check_bookkeeping(topo, engine, config)
             layout = engine.layout
-            say(f"grid {topo.grid} | {layout.m}x{layout.k} @ {layout.k}x{layout.n} {config.dtype} | "
-                f"{backend.name} | panel {engine.panel}, {len(engine.plan)} step(s), prefetch {engine.prefetch}"
-                f" | balance {config.balance}")
+            say(f"{choice.ran} | grid {layout.grid}{_layers_note(choice)} | {layout.m}x{layout.k} @ "
+                f"{layout.k}x{layout.n} {config.dtype} | {backend.name} | panel {engine.panel}, "
+                f"{len(engine.plan)} step(s), prefetch {engine.prefetch} | balance {config.balance}")
             verify = _load_inputs(engine, config, sources, say)
             timings = _timed_products(engine, config, say)
             check = _verify(engine, config, verify)
-            result = _gather_and_write(engine, config, Setup(awareness, arrangement), timings, check, write)
+            result = _gather_and_write(engine, config, Setup(awareness, arrangement, choice), timings, check, write)
             _raise_if_wrong(check, result, config, write)
             return result
 
@@ -128,6 +136,35 @@ def _problem(config: RunConfig, backend, sources) -> tuple[RunConfig, tuple[int,
     return config, (config.m, config.n, config.k)
 
 
+def _choose(launch, config: RunConfig, shape, nodes, aware: bool) -> Choice:
+    """Collective: the algorithm (``--algo``), the same verdict on every rank, before any work."""
+    placed = Placed(launch.size, tuple(len(n) for n in nodes), max(launch.comm.allgather(launch.local_size)),
+                    bool(aware))
+    with collective(launch.comm):  # the same inputs everywhere, so the same verdict
+        return choose(config.algo, placed, shape, config.dtype, tf32=config.tf32, machine=config.machine,
+                      panel=config.panel, prefetch=config.prefetch, origin=config.origin("algo"))
+
+
+def _layers_note(choice: Choice) -> str:
+    return "" if choice.layers is None else f" per layer, {choice.layers} layer(s)"
+
+
+@contextlib.contextmanager
+def _engine(launch, backend, config: RunConfig, shape, arrangement: Arrangement, aware: bool, choice: Choice,
+            nodes):
+    """Collective: the engine of ``choice``: SUMMA over the arranged grid, or the 2.5D layers."""
+    if choice.layers is None:
+        with arranged(launch, config, arrangement.order, arrangement.grid) as topo, \
+                Engine(topo, backend, _layout(topo, config, shape, arrangement), config, aware) as engine:
+            yield engine
+        return
+    if config.verify == "full":
+        with collective(launch.comm):
+            check_full_size(*shape, config.dtype)
+    with LayeredEngine(launch, backend, config, shape, Layers.build(nodes, choice.layers), aware) as engine:
+        yield engine
+
+
 def _layout(topo, config: RunConfig, shape: tuple[int, int, int], arrangement: Arrangement) -> Layout:
     """Collective: the blocks of the arranged grid; what the sizes rule out."""
     layout = arrangement.layout(*shape)
@@ -143,6 +180,7 @@ class Setup:
 
     awareness: CudaAwareness
     arrangement: Arrangement
+    choice: Choice
 
 
 #: Host bytes per step of one timed product that rank 0 holds for each rank once the products
@@ -270,7 +308,10 @@ def _timed_products(engine: Engine, config: RunConfig, say) -> Timings:
 
 def _verify(engine: Engine, config: RunConfig, verify: str) -> Check | None:
     """Collective: the check of C that ``verify`` names (``none``: no check)."""
-    product = Product(engine.A, engine.B, engine.C, config.dtype, len(engine.plan), config.tf32)
+    # 2.5D stores C once more per partial block added in the reduction.
+    # (the longest layer's steps, so that every rank models the same rounding).
+    stores = engine.steps + engine.layers.count - 1 if isinstance(engine, LayeredEngine) else len(engine.plan)
+    product = Product(engine.A, engine.B, engine.C, config.dtype, stores, config.tf32)
     if verify == "freivalds":
         return freivalds(engine.topo, engine.layout, engine.backend, product, config.seed)
     if verify == "full":
@@ -306,6 +347,7 @@ class RankReport:
     timeline: np.ndarray | None  # (events, 7): rank, iteration, then the engine's 5 columns
     transfers: list[tuple[int, int, str, int]]
     memory: dict
+    reduce_seconds: np.ndarray | None = None  # (iters,) 2.5D: the reduce-scatter inside each product
 
 
 def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, timings: Timings) -> RankReport:
@@ -317,8 +359,10 @@ def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, ti
             for i, t in enumerate(products)
         ]) if any(len(t.timeline) for t in products) else np.zeros((0, 7))
     backend = engine.backend
+    layered = isinstance(engine, LayeredEngine)
+    layered_facts = engine.rank_facts() if layered else {}
     return RankReport(
-        topology=topology_row(engine.topo, backend) | arrangement.rank_facts(rank),
+        topology=topology_row(engine.topo, backend) | arrangement.rank_facts(rank) | layered_facts,
         iteration_seconds=np.array([t.seconds for t in products]),
         step_seconds=np.stack([t.steps for t in products]) if products else np.zeros((0, nsteps, len(PHASES))),
         host_seconds=np.stack([t.host for t in products]) if products else np.zeros((0, nsteps)),
@@ -328,6 +372,7 @@ def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, ti
         transfers=[(src, dst, path, nbytes) for (src, dst, path), nbytes in engine.bytes_by_pair.items()],
         memory={"rank": rank, "peak_bytes": int(backend.peak_memory()), "needed_bytes": int(engine.needed_bytes()),
                 "device": "gpu" if backend.on_gpu else "cpu"},
+        reduce_seconds=np.array([t.reduce for t in products]) if layered else None,
     )
 
 
@@ -336,7 +381,7 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
     """Rank 0: the results file's record."""
     topo, layout, backend, awareness = engine.topo, engine.layout, engine.backend, setup.awareness
     attributes = config.as_attributes()
-    attributes.update(m=layout.m, n=layout.n, k=layout.k, grid=str(topo.grid), panel=engine.panel,
+    attributes.update(m=layout.m, n=layout.n, k=layout.k, grid=str(layout.grid), panel=engine.panel,
                       panel_auto=engine.panel_auto, prefetch=engine.prefetch, ring=engine.ring,
                       backend=backend.name, steps=len(engine.plan),
                       cuda_aware_mpi_decision=awareness.aware, cuda_aware_mpi_reason=awareness.reason,
@@ -363,8 +408,17 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
         extra={"timings": (
             {"clock": clock_method, "clock_uncertainty": max(r.clock_uncertainty for r in reports)},
             {"product_seconds": figures.product_seconds, "start_seconds": figures.start_seconds,
-             "host_seconds": figures.host_seconds})},
+             "host_seconds": figures.host_seconds,
+             **({"reduce_seconds": np.stack([r.reduce_seconds for r in reports])}
+                if reports[0].reduce_seconds is not None else {})})},
     )
+
+
+def _predicted_imbalance(engine) -> float:
+    """The blocks' predicted imbalance (2.5D: of one layer's grid; every layer has the same rows and columns)."""
+    if isinstance(engine, LayeredEngine):
+        return predicted_imbalance(engine.layout.layer_layout(0))
+    return predicted_imbalance(engine.layout)
 
 
 def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: Timings,
@@ -384,7 +438,8 @@ def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: 
                                       check=check, paths=figures.paths)
             summary.update(panel=engine.panel, prefetch=engine.prefetch, gemm_order=engine.gemm_order_label,
                            peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports),
-                           predicted_imbalance=predicted_imbalance(engine.layout), **setup.arrangement.summary())
+                           predicted_imbalance=_predicted_imbalance(engine), **setup.arrangement.summary(),
+                           **setup.choice.summary())
             if write:
                 # Guarded: removed even should this process be killed while it writes.
                 tmp = h5io.temporary_path(config.out, guarded=True)

@@ -149,6 +149,11 @@ def _mps(s: dict) -> str:
     return f"{'yes' if s['mps'] else 'no'}, {ranks} rank(s) per GPU at most"
 
 
+def _algorithm(s: dict) -> str:
+    asked = s.get("algo_asked", s["algo"])
+    return s["algo"] if asked == s["algo"] else f"{s['algo']} ({asked}: the cost model's choice)"
+
+
 def summary_rows(summary: dict) -> list[tuple[str, str]]:
     s = summary
     rows = [
@@ -161,6 +166,8 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
     ]
     if "ranks_per_gpu" in s:
         rows.insert(1, ("MPS", _mps(s)))
+    if "algo" in s:
+        rows.insert(0, ("algorithm", _algorithm(s)))
     if "host_overhead_seconds" in s:
         rows.append(("host overhead", f"{100 * s['host_overhead_fraction']:.1f} % "
                                       f"({s['host_overhead_seconds']:.4f} s)"))

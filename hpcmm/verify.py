@@ -223,34 +223,44 @@ def _reduce(vec: np.ndarray, comm) -> np.ndarray:
 
 
 def freivalds(topo, layout, backend, product: Product, seed: int) -> Check:
-    """Distributed Freivalds check; collective over the topology's communicators.
+    """Distributed Freivalds check; collective over ``topo.comm``.
 
-    ``residual`` and ``tolerance`` are relative to the rows' norm-wise scales
-    (module docstring); ``detectable`` says what one wrong element must be to
-    be caught.
+    Works from the global ranges of every rank's blocks (``layout.a_block``,
+    ``b_block``, ``c_block``), so any layout in which every element of A, B
+    and C has one owner will do (SUMMA's, 2.5D's).  ``residual`` and
+    ``tolerance`` are relative to the rows' norm-wise scales (module
+    docstring); ``detectable`` says what one wrong element must be to be
+    caught.
     """
     a_block, b_block, c_block = product.a, product.b, product.c
     rank = topo.rank
-    (bk0, bk1), cols = layout.b_block(rank)
-    ak0, ak1 = layout.a_k(topo.coords[1])
-    signs = sign_vectors(seed, layout.n)[cols[0] : cols[1]]
+    (bk0, bk1), b_cols = layout.b_block(rank)
+    (a_rows, (ak0, ak1)) = layout.a_block(rank)
+    c_rows, c_cols = layout.c_block(rank)
+    signs = sign_vectors(seed, layout.n)
     wide = _wide(c_block.dtype)
-    k = layout.k
+    k, m = layout.k, layout.m
 
     # B·X (k × probes) and the squared row norms of B, summed over every rank's block.
     bx = np.zeros((k, signs.shape[1]), dtype=wide)
-    bx[bk0:bk1] = _matmul(backend, b_block, signs.astype(wide))
+    bx[bk0:bk1] = _matmul(backend, b_block, signs[b_cols[0] : b_cols[1]].astype(wide))
     bx = _reduce(bx, topo.comm)
     b_rows = np.zeros((k, 1))
     b_rows[bk0:bk1] = _matmul(backend, b_block, np.ones((b_block.shape[1], 1)), squared=True)
     b_rows = _reduce(b_rows, topo.comm)[:, 0]
     b_frob2 = float(b_rows.sum())
 
-    # A·(B·X), ‖A_i‖² and Σ_l |a_il|²‖B_l‖² for my rows, summed along my grid row.
-    abx = _reduce(_matmul(backend, a_block, bx[ak0:ak1]), topo.row_comm)
-    a_sq = _reduce(_matmul(backend, a_block, np.stack([np.ones(ak1 - ak0), b_rows[ak0:ak1]], axis=1),
-                           squared=True), topo.row_comm)
-    cx = _reduce(_matmul(backend, c_block, signs[:, :1].astype(wide)), topo.row_comm)[:, 0]
+    # A·(B·X), ‖A_i‖² and Σ_l |a_il|²‖B_l‖² for every row, and C·x, summed over every rank's block.
+    abx = np.zeros((m, signs.shape[1]), dtype=wide)
+    abx[a_rows[0] : a_rows[1]] = _matmul(backend, a_block, bx[ak0:ak1])
+    abx = _reduce(abx, topo.comm)
+    a_sq = np.zeros((m, 2))
+    a_sq[a_rows[0] : a_rows[1]] = _matmul(backend, a_block, np.stack([np.ones(ak1 - ak0), b_rows[ak0:ak1]], axis=1),
+                                          squared=True)
+    a_sq = _reduce(a_sq, topo.comm)
+    cx = np.zeros(m, dtype=wide)
+    cx[c_rows[0] : c_rows[1]] = _matmul(backend, c_block, signs[c_cols[0] : c_cols[1], :1].astype(wide))[:, 0]
+    cx = _reduce(cx, topo.comm)
 
     sigma = np.sqrt(a_sq[:, 0] * b_frob2)
     diff = np.abs(cx - abx[:, 0])

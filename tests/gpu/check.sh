@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check of hpcmm in one call, on a node with (at least) 2 GPUs.
 #
-#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers quickbench shared speed (default: what the kit holds)
+#   bash tests/gpu/check.sh [modes...]     modes: system cuda-aware peers quickbench shared speed twofive (default: what the kit holds)
+#   (twofive: --algo 2.5d:C beside --algo summa on the same cases, system MPI, TFLOP/s in the table; only when named)
 #   (shared: tests/gpu/shared_gpu_check.sh, ranks sharing GPUs with and without MPS; only when named)
 #   (speed: tests/gpu/speed_check.sh, the speed table against the best one GPU and cuBLASMp; only when named)
 #   CHECK_TIMEOUT (s per product run), CHECK_SIZES (MiB list for bench transport),
@@ -53,7 +54,7 @@ with h5py.File(sys.argv[1], "r") as f:
     s = f["summary"].attrs
     paths = ",".join(p.decode() if isinstance(p, bytes) else p for p in s["paths"])
     gemm = s.get("gemm_order", "-").replace("A:", "").replace(" B:", "")
-    print(f"verified={bool(s['verified'])} paths={paths or '-'} gemm={gemm} tflops={s['tflops']:.2f} "
+    print(f"algo={s.get('algo', 'summa')} verified={bool(s['verified'])} paths={paths or '-'} gemm={gemm} tflops={s['tflops']:.2f} "
           f"exposed={100 * s['exposed_comm_fraction']:.2f}% host={100 * s.get('host_overhead_fraction', 0):.2f}% "
           f"residual={s['residual']:.1e} detectable={s.get('verify_detectable', float('nan')):.1e}")
 PY
@@ -157,6 +158,21 @@ run_mode() {
       source .device/env.sh system >> "$log" 2>&1 || { record quickbench setup FAIL "env.sh"; return; }
       bench n2-32768 2 "float64:32768" --no-peers
       bench n1-16384 1 "float64:16384" --no-peers
+      ;;
+    twofive)
+      # 2.5D (k over C layers of each virtual node, partial C reduce-scattered over IPC) beside
+      # summa on the same case: every product verified (uneven: --verify full), TFLOP/s in the detail.
+      source .device/env.sh system >> "$log" 2>&1 || { record twofive setup FAIL "env.sh"; return; }
+      local algo
+      for algo in summa 2.5d:2; do
+        check twofive "n4-rpn2-uneven-full-$algo" 0 "ipc,staged" -- mpiexec -n 4 python3 -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 2 --algo "$algo" --verify full --quiet
+        check twofive "n4-rpn2-8192-f64-$algo" 0 "ipc,staged" -- mpiexec -n 4 python3 -m hpcmm --m 8192 --n 8192 --k 8192 --ranks-per-node 2 --algo "$algo" --quiet
+      done
+      for algo in summa 2.5d:2 2.5d:4; do
+        check twofive "n8-rpn4-uneven-full-$algo" 0 "ipc,staged" -- mpiexec -n 8 python3 -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 4 --algo "$algo" --verify full --quiet
+        check twofive "n8-rpn4-8192-f64-$algo" 0 "ipc,staged" -- mpiexec -n 8 python3 -m hpcmm --m 8192 --n 8192 --k 8192 --ranks-per-node 4 --algo "$algo" --quiet
+      done
+      check twofive "n8-rpn4-8192-f64-auto" 0 "ipc,staged" -- mpiexec -n 8 python3 -m hpcmm --m 8192 --n 8192 --k 8192 --ranks-per-node 4 --algo auto --machine data/machines/h200x2-2026-11-29-system.json --quiet
       ;;
     shared)
       OUT=$OUT/shared bash tests/gpu/shared_gpu_check.sh >> "$log" 2>&1

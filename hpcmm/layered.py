@@ -1,0 +1,236 @@
+"""2.5D: hpcmm's SUMMA engine run by C layers of every node on their share of k, then a reduce-scatter.
+
+Launch: ``mpiexec -n 8 python -m hpcmm --ranks-per-node 4 --algo 2.5d:2``.
+
+:class:`LayeredEngine` wraps :class:`~hpcmm.engine.Engine` and offers what the
+run asks of an engine (``topo``, ``layout``, ``load``, ``multiply``, ``A``,
+``B``, ``C``, ``plan``, memory and transfer figures), so that the run, the
+checks and the file see one engine over all ranks:
+
+1. the ranks split into layers (:class:`~hpcmm.algorithms.layers.Layers`):
+   a communicator per layer (``Split`` by layer, ranks in layer-rank order),
+   and on it a :class:`~hpcmm.topology.Topology` of its own (virtual nodes of
+   ``q`` ranks, its grid from ``MPI.Compute_dims``);
+2. the layer's :class:`~hpcmm.engine.Engine`, unchanged, on ``(m, n, k_l)``;
+   its C is the fiber's readable partial block
+   (:class:`~hpcmm.transport.reduce.FiberReduction`), and every layer uses
+   the same panel width (the narrowest the layers' own choice would give);
+3. per product: the layer's SUMMA loop, then the fiber's reduce-scatter,
+   inside the product's window; its seconds are kept per product
+   (:attr:`LayeredTimes.reduce`).
+
+A rank's ``A`` and ``B`` are its layer blocks at the layer's k offset, ``C``
+its piece of the sum, all in global coordinates through
+:class:`~hpcmm.algorithms.layers.LayeredLayout`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+from mpi4py import MPI
+
+from .algorithms import auto_panel, ring_depth
+from .algorithms.layers import LayeredLayout, Layers
+from .config import RunConfig
+from .engine import Engine, IterationTimes, device_need, memory_needed
+from .errors import InputError, agree, raised_everywhere
+from .layout import Grid
+from .topology import Topology
+from .transport.reduce import FiberReduction
+
+__all__ = ["LayeredEngine", "LayeredTimes", "node_ranks"]
+
+
+@dataclasses.dataclass
+class LayeredTimes(IterationTimes):
+    """One product's timings on this rank: the layer's SUMMA, and the reduce-scatter after it."""
+
+    reduce: float = 0.0  # seconds of the fiber's reduce-scatter (inside ``seconds``)
+
+
+def node_ranks(topo: Topology) -> list[list[int]]:
+    """Collective: the ranks of every (virtual) node of ``topo``, in node-local order."""
+    facts = topo.comm.allgather((topo.vnode, topo.vnode_comm.Get_rank()))
+    nodes: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+    for rank, (vnode, local) in enumerate(facts):
+        nodes[vnode].append((local, rank))
+    return [[rank for _, rank in sorted(nodes[v])] for v in sorted(nodes)]
+
+
+class LayeredEngine:
+    """One rank's layer engine and fiber reduction.  Collective over ``topo.comm``, built and closed together.
+
+    Parameters
+    ----------
+    topo : Topology
+        All ranks (launch order).
+    backend : Backend
+    config : RunConfig
+    shape : (int, int, int)
+        m, n, k.
+    layers : Layers
+        The layer of every rank (built from :func:`node_ranks`).
+    cuda_aware : bool
+
+    Raises
+    ------
+    InputError
+        On every rank: blocks, panels and partial C that do not fit, or a
+        panel wider than the k of a layer.
+    """
+
+    def __init__(self, topo: Topology, backend, config: RunConfig, shape: tuple[int, int, int], layers: Layers,
+                 cuda_aware: bool) -> None:
+        m, n, k = shape
+        self.topo, self.backend, self.layers = topo, backend, layers
+        self.dtype = np.dtype(config.dtype)
+        self.layer = layers.layer(topo.rank)
+        self.layer_rank = layers.layer_rank(topo.rank)
+        self.members = layers.members(self.layer)
+        self.layout = LayeredLayout(m, n, k, layers, Grid(*MPI.Compute_dims(layers.layer_size, 2)))
+        self.panel_auto = config.panel is None
+        # One width for every layer, so that their plans (and step records) line up.
+        self.panel = config.panel if config.panel is not None else min(
+            auto_panel(self.layout.layer_layout(layer), self.dtype.itemsize, backend.on_gpu)
+            for layer in range(layers.count))
+        layer_config = config.replace(
+            panel=self.panel, grid=None,
+            ranks_per_node=layers.per_layer if config.ranks_per_node is not None else None)
+        self.prefetch, self.ring = config.prefetch, config.prefetch + 1
+        self.engine = self.reduction = self.layer_topo = self.fiber = None
+        self.closed = False
+        self._check_memory()
+        layer_comm = topo.comm.Split(self.layer, self.layer_rank)
+        try:
+            self.layer_topo = Topology.create(layer_comm, layer_config)
+        finally:
+            layer_comm.Free()
+        self.fiber = topo.comm.Split(self.layer_rank, self.layer)
+        # Two stages, each agreed by every rank: a rank that failed the first must not leave
+        # its layer waiting in the engine's collectives.
+        self._stage(lambda: setattr(self, "reduction", FiberReduction(
+            self.fiber, backend, self.layout.local_shapes_partial(topo.rank), self.dtype)))
+        self._stage(lambda: setattr(self, "engine", Engine(
+            self.layer_topo, backend, self.layout.layer_layout(self.layer), layer_config, cuda_aware)))
+        # The engine multiplies into the partial block its fiber peers read.
+        self.engine.C = self.reduction.partial
+        self.plan = self.engine.plan
+        #: Steps of the longest layer plan: every rank's step records are that long (zeros after its own).
+        self.steps = topo.comm.allreduce(len(self.plan), op=MPI.MAX)
+
+    def _stage(self, build) -> None:
+        """Collective: run ``build``; a failure on any rank closes what was built and fails every rank."""
+        error = None
+        try:
+            build()
+        except Exception as exc:  # noqa: BLE001 - every rank learns of it
+            error = exc
+        try:
+            agree(self.topo.comm, error)
+        except Exception:
+            self.close()
+            raise
+
+    def __enter__(self) -> LayeredEngine:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if raised_everywhere(error):
+            self.close()
+
+    # -- what the run reads -----------------------------------------------------
+    @property
+    def A(self):
+        return self.engine.A
+
+    @property
+    def B(self):
+        return self.engine.B
+
+    @property
+    def C(self):
+        """This rank's piece of C (its rows of the summed partial block)."""
+        return self.reduction.piece()
+
+    @property
+    def bytes_by_pair(self) -> collections.Counter:
+        """Bytes of the last product by (source rank, this rank, path): the layer's panels and the reduction's pieces."""
+        out: collections.Counter = collections.Counter()
+        for (src, dst, path), nbytes in self.engine.bytes_by_pair.items():
+            out[(self.members[src], self.members[dst], path)] += nbytes
+        piece = self.reduction.nbytes_from_peers() // max(self.layers.count - 1, 1)
+        if piece:
+            for peer in self.layers.fiber(self.topo.rank):
+                if peer != self.topo.rank:
+                    out[(peer, self.topo.rank, self.reduction.peers.path)] += piece
+        return out
+
+    def rank_facts(self) -> dict:
+        """``/topology`` columns of 2.5D: the layer, and the position in the layer's grid."""
+        row, col = self.layout.grid.coords(self.layer_rank)
+        return {"layer": self.layer, "layer_rank": self.layer_rank, "grid_row": row, "grid_col": col}
+
+    # -- memory -----------------------------------------------------------------
+    def _scratch_bytes(self, rank: int) -> int:
+        (r0, r1), (c0, c1) = self.layout.partial_block(rank)
+        piece = -(-(r1 - r0) // self.layers.count) * (c1 - c0)
+        return min(2, self.layers.count - 1) * piece * self.dtype.itemsize
+
+    def needed_bytes(self) -> int:
+        """This rank's blocks, panel rings, partial C and reduction scratch on its device."""
+        layout = self.layout.layer_layout(self.layer)
+        ring = ring_depth(self.prefetch, spans_nodes=self.layers.count < self.layers.size)
+        return memory_needed(layout, self.layer_rank, self.dtype.itemsize, self.panel, ring) \
+            + self._scratch_bytes(self.topo.rank)
+
+    def _check_memory(self) -> None:
+        """Collective: every rank of a device counts, whatever its layer (:meth:`Engine._check_memory`'s rule)."""
+        backend, topo = self.backend, self.topo
+        device = backend.device_id if backend.on_gpu else None
+        ranks, self.device_bytes = device_need(topo.node_comm.allgather((device, self.needed_bytes())), device)
+        free, _ = backend.memory_info()
+        where = "device" if backend.on_gpu else "host"
+        err = None
+        if self.device_bytes > free:
+            layout = self.layout
+            err = InputError(
+                f"problem m={layout.m}, n={layout.n}, k={layout.k} {self.dtype.name} with {self.layers.count} "
+                f"layers does not fit: {ranks} rank(s) per {where} need {self.device_bytes / 2**30:.2f} GiB of "
+                f"{where} memory, {free / 2**30:.2f} GiB available")
+        agree(topo.comm, err)
+
+    # -- the work ---------------------------------------------------------------
+    def load(self, a_host: np.ndarray, b_host: np.ndarray) -> None:
+        """This rank's blocks (the shapes of ``layout.a_block``/``b_block``), then align every rank."""
+        self.engine.load(a_host, b_host)
+        self.topo.comm.Barrier()
+
+    def multiply(self) -> LayeredTimes:
+        """One product: the layer's SUMMA into the partial block, then the fiber's reduce-scatter."""
+        times = self.engine.multiply()
+        reduce = self.reduction.reduce()
+        steps = np.zeros((self.steps, times.steps.shape[1]))
+        steps[: len(times.steps)] = times.steps
+        host = np.zeros(self.steps)
+        if times.host is not None:
+            host[: len(times.host)] = times.host
+        return LayeredTimes(times.seconds + reduce, steps, times.timeline, times.start, host, reduce)
+
+    # -- tear-down ----------------------------------------------------------------
+    def close(self) -> None:
+        """Collective: the engine (layer), the reduction (fiber), then the communicators."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.engine is not None:
+            self.engine.close()
+        if self.reduction is not None:
+            self.reduction.close()
+        if self.fiber is not None:
+            self.fiber.Free()
+        if self.layer_topo is not None:
+            self.layer_topo.close()
+        self.engine = self.reduction = self.fiber = self.layer_topo = None
