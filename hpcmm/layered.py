@@ -37,6 +37,7 @@ from .algorithms.layers import LayeredLayout, Layers
 from .config import RunConfig
 from .engine import Engine, IterationTimes, device_need, memory_needed
 from .errors import InputError, agree, raised_everywhere
+from .gemm_orders import gemm_order, relaid
 from .layout import Grid
 from .topology import Topology
 from .transport.reduce import FiberReduction
@@ -92,6 +93,8 @@ class LayeredEngine:
         self.members = layers.members(self.layer)
         self.layout = LayeredLayout(m, n, k, layers, Grid(*MPI.Compute_dims(layers.layer_size, 2)))
         self.panel_auto = config.panel is None
+        #: The layer engines' GEMM operand orders (the same rule as :class:`Engine`'s), for the memory check.
+        self.gemm_order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
         # One width for every layer, so that their plans (and step records) line up.
         self.panel = config.panel if config.panel is not None else min(
             auto_panel(self.layout.layer_layout(layer), self.dtype.itemsize, backend.on_gpu)
@@ -151,6 +154,11 @@ class LayeredEngine:
         return self.engine.B
 
     @property
+    def gemm_order_label(self) -> str:
+        """The layer engine's GEMM operand orders, e.g. ``A:C B:F`` (:mod:`hpcmm.gemm_orders`)."""
+        return self.engine.gemm_order_label
+
+    @property
     def C(self):
         """This rank's piece of C (its rows of the summed partial block)."""
         return self.reduction.piece()
@@ -180,11 +188,18 @@ class LayeredEngine:
         return min(2, self.layers.count - 1) * piece * self.dtype.itemsize
 
     def needed_bytes(self) -> int:
-        """This rank's blocks, panel rings, partial C and reduction scratch on its device."""
+        """This rank's blocks, panel rings, re-layout scratch, partial C and reduction scratch on its device.
+
+        The partial C is an allocation of its own (its peers open it over IPC)
+        beside the layer engine's C block, which :func:`memory_needed` counts.
+        """
         layout = self.layout.layer_layout(self.layer)
         ring = ring_depth(self.prefetch, spans_nodes=self.layers.count < self.layers.size)
-        return memory_needed(layout, self.layer_rank, self.dtype.itemsize, self.panel, ring) \
-            + self._scratch_bytes(self.topo.rank)
+        relayout = tuple(self.prefetch + 1 if r else 0 for r in relaid(self.gemm_order))
+        (r0, r1), (c0, c1) = self.layout.partial_block(self.topo.rank)
+        partial = (r1 - r0) * (c1 - c0) * self.dtype.itemsize
+        return memory_needed(layout, self.layer_rank, self.dtype.itemsize, self.panel, ring, relayout) \
+            + partial + self._scratch_bytes(self.topo.rank)
 
     def _check_memory(self) -> None:
         """Collective: every rank of a device counts, whatever its layer (:meth:`Engine._check_memory`'s rule)."""
