@@ -104,9 +104,17 @@ if [ "$device" = cpu ]; then
   exit "$failed"
 fi
 
+# MODEL_CHECK_SECTIONS picks what runs (default all three; one call of 10 minutes may take only
+# part): "system" (ipc and staged cases), "2.5d" (summa against 2.5d over the staged path; it
+# calibrates the system MPI as "system" does) and "cuda-aware".
+sections=" ${MODEL_CHECK_SECTIONS:-system 2.5d cuda-aware} "
+has() { [[ "$sections" == *" $1 "* ]]; }
+
+if has system || has 2.5d; then
 (
   source .device/env.sh system >> "$log" 2>&1 || exit 1
   calibrate system 8 1,4,16,64,128
+  if has system; then
   # the staged cases first, right after the transport measurement and in the same binding;
   # the two most variable ones three and two times (model check prints their spread)
   case_run system n2-rpn1-8192 2 --m 8192 --n 8192 --k 8192 --ranks-per-node 1
@@ -125,10 +133,13 @@ fi
   case_run system n4-8192 4 --m 8192 --n 8192 --k 8192
   case_run system n8-16384 8 --m 16384 --n 16384 --k 16384
   python3 -m hpcmm model check "$OUT"/system-*.h5 --machine "$OUT/machine-system.json" | tee "$OUT/table-system.txt"
+  fi
   # 2.5d: the same problems with --algo summa and 2.5d:C over the staged path (an emulated slow
   # network between virtual nodes); model check prints the gain of 2.5d over summa, measured and
   # predicted, for every pair of files that differ only in the algorithm
-  if python3 -m hpcmm --help 2>/dev/null | grep -q -- '--algo'; then
+  if ! has 2.5d; then
+    :
+  elif python3 -m hpcmm --help 2>/dev/null | grep -q -- '--algo'; then
     for shape in "8192 8192 8192" "10007 6001 6007"; do
       set -- $shape
       tag="$1x$2x$3"
@@ -145,8 +156,9 @@ fi
   fi
   exit "$failed"
 ) || failed=$((failed + $?))
+fi
 
-if ls .device/wheels/libucx_cu13-*.whl >/dev/null 2>&1; then
+if has cuda-aware && ls .device/wheels/libucx_cu13-*.whl >/dev/null 2>&1; then
 (
   source .device/env.sh cuda-aware >> "$log" 2>&1 || exit 1
   calibrate cuda-aware 2 1,4,16,64,256 --cuda-aware-mpi yes --ranks-per-node 1
