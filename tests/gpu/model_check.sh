@@ -139,7 +139,7 @@ if has system || has 2.5d; then
   # predicted, for every pair of files that differ only in the algorithm
   if ! has 2.5d; then
     :
-  elif python3 -m hpcmm --help 2>/dev/null | grep -q -- '--algo'; then
+  elif python3 -m hpcmm run --help 2>/dev/null | grep -q -- '--algo'; then
     for shape in "8192 8192 8192" "10007 6001 6007"; do
       set -- $shape
       tag="$1x$2x$3"
