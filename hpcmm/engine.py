@@ -168,6 +168,8 @@ class Engine:
         self.a_shape, self.b_shape, self.c_shape = shapes["A"], shapes["B"], shapes["C"]
         self.m_loc, self.n_loc = self.c_shape
         #: Leading dimensions (elements): A's columns, and B's and C's rows, padded apart (layout.padded).
+        #: The ranks of a channel agree on them: a process row shares m_loc, a process column n_loc,
+        #: so a panel's offset in its owner's block is computed here.
         self.ld_a = padded(self.m_loc, self.dtype.itemsize)
         self.ld_b = self.ld_c = padded(self.n_loc, self.dtype.itemsize)
         self.channels: list[PanelChannel] = []

@@ -271,6 +271,42 @@ def test_memory_figure_grows_by_the_scratch_exactly_when_a_relayout_is_needed(or
         topo.close()
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_memory_figure_counts_the_padding_exactly(dtype):
+    """13 × 8 blocks, k = 11: A's columns and B's and C's rows take 128 bytes each (16 float64, 64 float16)."""
+    m, n, k, panel, prefetch = 13, 8, 11, 3, 1
+    topo, engine, a, b = _engine(m, n, k, "FC", panel=panel, prefetch=prefetch, dtype=dtype)
+    try:
+        item = np.dtype(dtype).itemsize
+        ld = 128 // item
+        assert (engine.ld_a, engine.ld_b, engine.ld_c) == (ld, ld, ld)
+        ring = engine.slots_per_operand()
+        expected = (ld * k + k * ld + m * ld + ring * panel * (ld + ld)) * item
+        assert memory_needed(engine.layout, 0, item, panel, ring) == engine.needed_bytes() == expected
+        # What the engine holds: the padded blocks, C's padded storage.
+        assert engine.row.block.nbytes == ld * k * item and engine.col.block.nbytes == k * ld * item
+        assert engine.C.base.nbytes == m * ld * item
+        # The logical views keep their shapes.
+        assert engine.A.shape == (m, k) and engine.B.shape == (k, n) and engine.C.shape == (m, n)
+        np.testing.assert_array_equal(np.asarray(engine.A), a.astype(dtype))
+        np.testing.assert_array_equal(np.asarray(engine.B), b.astype(dtype))
+    finally:
+        engine.close()
+        topo.close()
+
+
+def test_poison_shows_a_block_the_gemm_never_wrote(monkeypatch):
+    """A GEMM that writes nothing leaves the padded C all NaN: no step's panels land in the padding."""
+    topo, engine, _, _ = _engine(13, 8, 11, "CF", panel=3)
+    monkeypatch.setattr(CpuBackend, "gemm", lambda *args, **kwargs: None)
+    try:
+        engine.multiply()
+        assert np.isnan(engine.C).all() and np.isnan(engine.C.base).all()
+    finally:
+        engine.close()
+        topo.close()
+
+
 def test_memory_check_counts_the_scratch(monkeypatch):
     """A device with room for the blocks and rings, not for the scratch: refused only where a re-layout is needed."""
     m, n, k, panel = 13, 8, 11, 3
