@@ -23,7 +23,7 @@ import numpy as np
 from .dtypes import BFLOAT16, host_matmul
 from .errors import InputError
 
-__all__ = ["Backend", "CpuBackend", "GpuBackend", "gpu_count", "host_memory", "make_backend"]
+__all__ = ["Backend", "CpuBackend", "GpuBackend", "gpu_count", "host_memory", "make_backend", "orders"]
 
 
 def _import_cupy():
@@ -110,6 +110,57 @@ def host_memory() -> tuple[int, int]:
     if limit is not None and limit < pages:
         avail = min(avail, limit)
     return avail, pages
+
+
+def orders(x) -> dict[str, int]:
+    """The memory orders a 2-D array can be passed in to BLAS, each with its leading dimension.
+
+    ``{"C": ld}`` where each row is contiguous and rows lie ``ld >= columns``
+    elements apart, ``{"F": ld}`` likewise by columns; both where either
+    describes it (one row or column, or an empty array), none for any other
+    strides.  Read from the strides, not the contiguity flags, so that a view
+    of a padded block (``block[:, :n]``) is row-major with ``ld`` its padded
+    width.  An axis of one element has no stride to speak of: its leading
+    dimension is the extent of the other axis (at least 1).
+
+    Examples
+    --------
+    >>> orders(np.empty((6, 16))[:, :5])
+    {'C': 16}
+    >>> orders(np.empty((16, 3), order="F")[:5])
+    {'F': 16}
+    >>> orders(np.empty((1, 4)))
+    {'C': 4, 'F': 1}
+    """
+    rows, cols = x.shape
+    row_step, col_step = x.strides
+    found = {}
+    for order, ld in (("C", _leading(rows, row_step, cols, col_step, x.dtype.itemsize)),
+                      ("F", _leading(cols, col_step, rows, row_step, x.dtype.itemsize))):
+        if ld is not None:
+            found[order] = ld
+    return found
+
+
+def _leading(outer: int, outer_step: int, inner: int, inner_step: int, item: int) -> int | None:
+    """The leading dimension where the ``inner`` axis is contiguous, or ``None``."""
+    if inner > 1 and inner_step != item:
+        return None
+    if outer <= 1:
+        return max(inner, 1)
+    if outer_step % item or outer_step // item < max(inner, 1):
+        return None
+    return outer_step // item
+
+
+def _operand(x, prefer: str, what: str) -> tuple[str, int]:
+    """``(order, ld)`` of a GEMM operand, ``prefer`` where both describe it."""
+    found = orders(x)
+    if not found:
+        raise ValueError(f"gemm wants {what} row- or column-major with a leading dimension, not shape "
+                         f"{x.shape} strides {x.strides}")
+    order = prefer if prefer in found else next(iter(found))
+    return order, found[order]
 
 
 class Backend(abc.ABC):
@@ -201,7 +252,12 @@ class Backend(abc.ABC):
     # -- the local product ----------------------------------------------------
     @abc.abstractmethod
     def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
-        """``c = a @ b`` or ``c += a @ b``; ``a`` and ``b`` each row- or column-major, ``c`` row-major."""
+        """``c = a @ b`` or ``c += a @ b``; ``a`` and ``b`` each row- or column-major, ``c`` row-major.
+
+        Each may have a leading dimension larger than its extent (a padded
+        block's view, :func:`~hpcmm.layout.padded`): one unit stride, the other
+        at least the extent (:func:`orders`).
+        """
 
     @abc.abstractmethod
     def copy(self, dst, src, stream=None) -> None:
@@ -211,7 +267,8 @@ class Backend(abc.ABC):
     def relayout(self, dst, src, stream=None) -> None:
         """Copy the 2-D ``src`` into ``dst`` of the same shape and the other memory order, on ``stream``.
 
-        Both are contiguous, each row- or column-major; where their orders
+        Each is row- or column-major with a leading dimension of at least its
+        extent (:func:`orders`: a padded view will do); where their orders
         agree (or the shape has one row or column) this is a plain copy.
         """
 
@@ -332,15 +389,16 @@ _COMPUTE = {"float16": _COMPUTE_32F, "bfloat16": _COMPUTE_32F, "float32": _COMPU
 _GEMM_DEFAULT = -1  # CUBLAS_GEMM_DEFAULT
 _OP_N, _OP_T = 0, 1  # CUBLAS_OP_N, CUBLAS_OP_T
 
-# The re-layout of a panel: a transpose of its memory, ``rows`` x ``cols`` row-major into
-# ``cols`` x ``rows`` row-major, through 32 x 32 tiles in shared memory so that both the reads
+# The re-layout of a panel: a transpose of its memory, ``rows`` x ``cols`` row-major (rows ``lds``
+# elements apart) into ``cols`` x ``rows`` row-major (rows ``ldd`` apart), through 32 x 32 tiles in shared memory so that both the reads
 # and the writes of a warp are contiguous (a strided elementwise copy makes one side scattered,
 # 2-byte accesses at worst).  It copies bits, so one kernel per element size serves every type;
 # cuBLAS geam would transpose only float32, float64 and the complex types.  The grid-stride loops
 # keep the grid within CUDA's limits for any panel.
 _TRANSPOSE_SOURCE = r"""
 template <typename T>
-__device__ void transpose(const T* __restrict__ src, T* __restrict__ dst, long long rows, long long cols) {
+__device__ void transpose(const T* __restrict__ src, T* __restrict__ dst, long long rows, long long cols,
+                          long long lds, long long ldd) {
     __shared__ T tile[32][33];  // 33: the column reads of the tile hit 32 different banks
     const long long tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32;
     for (long long tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
@@ -348,13 +406,13 @@ __device__ void transpose(const T* __restrict__ src, T* __restrict__ dst, long l
             const long long c = tc * 32 + threadIdx.x;
             for (int i = threadIdx.y; i < 32; i += blockDim.y) {
                 const long long r = tr * 32 + i;
-                if (r < rows && c < cols) tile[i][threadIdx.x] = src[r * cols + c];
+                if (r < rows && c < cols) tile[i][threadIdx.x] = src[r * lds + c];
             }
             __syncthreads();
             const long long r = tr * 32 + threadIdx.x;
             for (int i = threadIdx.y; i < 32; i += blockDim.y) {
                 const long long cc = tc * 32 + i;
-                if (r < rows && cc < cols) dst[cc * rows + r] = tile[threadIdx.x][i];
+                if (r < rows && cc < cols) dst[cc * ldd + r] = tile[threadIdx.x][i];
             }
             __syncthreads();
         }
@@ -362,10 +420,18 @@ __device__ void transpose(const T* __restrict__ src, T* __restrict__ dst, long l
 }
 struct bytes16 { unsigned long long lo, hi; };
 extern "C" {
-__global__ void transpose2(const unsigned short* s, unsigned short* d, long long r, long long c) { transpose(s, d, r, c); }
-__global__ void transpose4(const unsigned int* s, unsigned int* d, long long r, long long c) { transpose(s, d, r, c); }
-__global__ void transpose8(const unsigned long long* s, unsigned long long* d, long long r, long long c) { transpose(s, d, r, c); }
-__global__ void transpose16(const bytes16* s, bytes16* d, long long r, long long c) { transpose(s, d, r, c); }
+__global__ void transpose2(const unsigned short* s, unsigned short* d, long long r, long long c, long long ls, long long ld) {
+    transpose(s, d, r, c, ls, ld);
+}
+__global__ void transpose4(const unsigned int* s, unsigned int* d, long long r, long long c, long long ls, long long ld) {
+    transpose(s, d, r, c, ls, ld);
+}
+__global__ void transpose8(const unsigned long long* s, unsigned long long* d, long long r, long long c, long long ls, long long ld) {
+    transpose(s, d, r, c, ls, ld);
+}
+__global__ void transpose16(const bytes16* s, bytes16* d, long long r, long long c, long long ls, long long ld) {
+    transpose(s, d, r, c, ls, ld);
+}
 }
 """
 #: Most blocks of one transpose launch along each grid axis (the loops cover the rest).
@@ -469,7 +535,10 @@ class GpuBackend(Backend):
     def relayout(self, dst, src, stream=None) -> None:
         """Copy ``src`` into ``dst`` of the other memory order with a tiled transpose on ``stream``.
 
-        Queued only: the stream orders it (the engine records an event after it).
+        Either may be a padded view (:func:`orders`); the kernel steps over
+        each one's leading dimension.  Where one order describes both, a 2-D
+        copy.  Queued only: the stream orders it (the engine records an event
+        after it).
         """
         if dst.shape != src.shape or dst.dtype != src.dtype or dst.ndim != 2:
             raise ValueError(f"relayout wants two 2-D arrays of one shape and type, not {src.shape} {src.dtype} "
@@ -477,19 +546,31 @@ class GpuBackend(Backend):
         if src.size == 0:
             return
         stream = stream if stream is not None else self.comm_stream
-        same = (src.flags.c_contiguous and dst.flags.c_contiguous) or (src.flags.f_contiguous and dst.flags.f_contiguous)
-        if same:
-            self.copy(dst, src, stream)
-            return
+        src_orders, dst_orders = orders(src), orders(dst)
+        if not src_orders or not dst_orders:
+            raise ValueError(f"relayout wants arrays each row- or column-major with a leading dimension, not "
+                             f"strides {src.strides} into {dst.strides}")
         rows, cols = src.shape
-        if src.flags.f_contiguous and dst.flags.c_contiguous:
-            rows, cols = cols, rows  # an F array's memory is its transpose, row-major
-        elif not (src.flags.c_contiguous and dst.flags.f_contiguous):
-            raise ValueError("relayout wants contiguous arrays, each row- or column-major")
-        kernel = self._transpose_kernel(src.dtype.itemsize)
+        item = src.dtype.itemsize
+        common = [order for order in ("C", "F") if order in src_orders and order in dst_orders]
+        if common:
+            # One order describes both: lines of ``length`` elements, ``count`` of them, each side at its pitch.
+            order = common[0]
+            length, count = (cols, rows) if order == "C" else (rows, cols)
+            self.cupy.cuda.runtime.memcpy2DAsync(dst.data.ptr, dst_orders[order] * item, src.data.ptr,
+                                                 src_orders[order] * item, length * item, count,
+                                                 _MEMCPY_DEVICE_TO_DEVICE, stream.ptr)
+            return
+        # The orders differ: src's memory is (rows x cols) row-major for a C src, (cols x rows) for an F src.
+        source = next(iter(src_orders))
+        target = "F" if source == "C" else "C"
+        if source == "F":
+            rows, cols = cols, rows
+        kernel = self._transpose_kernel(item)
         grid = (min(-(-cols // 32), _TRANSPOSE_GRID_LIMIT), min(-(-rows // 32), _TRANSPOSE_GRID_LIMIT))
         with self.device, stream:
-            kernel(grid, (32, 8), (src, dst, np.int64(rows), np.int64(cols)))
+            kernel(grid, (32, 8), (src, dst, np.int64(rows), np.int64(cols), np.int64(src_orders[source]),
+                                   np.int64(dst_orders[target])))
 
     def _transpose_kernel(self, itemsize: int):
         """The transpose of ``itemsize``-byte elements, compiled once per backend (cupy caches the binary)."""
@@ -504,30 +585,27 @@ class GpuBackend(Backend):
         """``c (+)= a @ b`` through cublasGemmEx on the compute stream.
 
         ``a`` (m×w) and ``b`` (w×n) are each row- or column-major, ``c`` is
-        row-major.  cuBLAS thinks in column-major, so we compute cᵀ = bᵀ·aᵀ:
-        a row-major b's memory is bᵀ as is (op N, ld = n), a column-major b's
-        is b (op T, ld = w); a column-major a's memory is a (op T, ld = m), a
-        row-major a's is aᵀ (op N, ld = w).  Which kernel cuBLAS picks depends
-        on these ops (:mod:`hpcmm.gemm_orders`).
+        row-major, each with a leading dimension ``ld`` of at least its extent
+        (read from the strides, :func:`orders`).  cuBLAS thinks in
+        column-major, so we compute cᵀ = bᵀ·aᵀ: a row-major b's memory is bᵀ
+        as is (op N, ld ≥ n), a column-major b's is b (op T, ld ≥ w); a
+        column-major a's memory is a (op T, ld ≥ m), a row-major a's is aᵀ
+        (op N, ld ≥ w); c's memory is cᵀ (ld ≥ n).  Which kernel cuBLAS picks
+        depends on these ops (:mod:`hpcmm.gemm_orders`), and whether it may
+        use its fastest ones on the leading dimensions being aligned
+        (:func:`~hpcmm.layout.padded`).
         """
         m, n = c.shape
         w = a.shape[1]
         if m == 0 or n == 0:
             return
-        if not c.flags.c_contiguous:
-            raise ValueError("gemm wants c row-major")
-        if b.flags.c_contiguous:
-            op_b, ld_b = _OP_N, n
-        elif b.flags.f_contiguous:
-            op_b, ld_b = _OP_T, w
-        else:
-            raise ValueError("gemm wants b contiguous, row- or column-major")
-        if a.flags.f_contiguous:
-            op_a, ld_a = _OP_T, m
-        elif a.flags.c_contiguous:
-            op_a, ld_a = _OP_N, w
-        else:
-            raise ValueError("gemm wants a contiguous, row- or column-major")
+        ld_c = orders(c).get("C")
+        if ld_c is None:
+            raise ValueError(f"gemm wants c row-major with a leading dimension, not strides {c.strides}")
+        order_b, ld_b = _operand(b, "C", "b")
+        order_a, ld_a = _operand(a, "F", "a")
+        op_b = _OP_N if order_b == "C" else _OP_T
+        op_a = _OP_T if order_a == "F" else _OP_N
         dtype = c.dtype.name
         alpha, beta = self._scalar_pair(dtype, accumulate, tf32)
         compute = _COMPUTE_32F_FAST_TF32 if tf32 else _COMPUTE[dtype]
@@ -539,7 +617,7 @@ class GpuBackend(Backend):
                 handle, op_b, op_a, n, m, w,
                 alpha.ctypes.data, b.data.ptr, _CUDA_TYPE[dtype], max(ld_b, 1),
                 a.data.ptr, _CUDA_TYPE[dtype], max(ld_a, 1),
-                beta.ctypes.data, c.data.ptr, _CUDA_TYPE[dtype], n,
+                beta.ctypes.data, c.data.ptr, _CUDA_TYPE[dtype], ld_c,
                 compute, _GEMM_DEFAULT,
             )
 

@@ -47,7 +47,7 @@ from .algorithms import Step, auto_panel, ring_depth, summa_plan
 from .config import RunConfig
 from .errors import InputError, agree, raised_everywhere
 from .gemm_orders import gemm_order, label, relaid
-from .layout import Layout
+from .layout import Layout, padded
 from .transport import PanelChannel
 
 __all__ = ["Engine", "IterationTimes", "PHASES", "device_need", "memory_needed"]
@@ -88,13 +88,17 @@ def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: in
 
     ``ring`` is the slots per operand, :func:`~hpcmm.algorithms.ring_depth`;
     ``relayout`` the scratch slots of A's and B's panels (the engine's ring
-    where the GEMM takes that operand in the other order, else 0).
+    where the GEMM takes that operand in the other order, else 0).  Every
+    stored column of A and row of B and C is padded
+    (:func:`~hpcmm.layout.padded`), and so are the re-layout scratch's (to
+    the panel's width padded).
     """
     shapes = layout.local_shapes(rank)
-    (m_loc, _), (_, n_loc) = shapes["A"], shapes["B"]
-    blocks = sum(r * c for r, c in shapes.values())
-    slots = ring * panel * (m_loc + n_loc)
-    scratch = panel * (relayout[0] * m_loc + relayout[1] * n_loc)
+    (m_loc, k_a), (k_b, n_loc) = shapes["A"], shapes["B"]
+    ld_a, ld_bc, ld_panel = (padded(extent, itemsize) for extent in (m_loc, n_loc, panel))
+    blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
+    slots = ring * panel * (ld_a + ld_bc)
+    scratch = ld_panel * (relayout[0] * m_loc + relayout[1] * n_loc)
     return (blocks + slots + scratch) * itemsize
 
 
@@ -163,15 +167,22 @@ class Engine:
         shapes = layout.local_shapes(topo.rank)
         self.a_shape, self.b_shape, self.c_shape = shapes["A"], shapes["B"], shapes["C"]
         self.m_loc, self.n_loc = self.c_shape
+        #: Leading dimensions (elements): A's columns, and B's and C's rows, padded apart (layout.padded).
+        #: The ranks of a channel agree on them: a process row shares m_loc, a process column n_loc,
+        #: so a panel's offset in its owner's block is computed here.
+        self.ld_a = padded(self.m_loc, self.dtype.itemsize)
+        self.ld_b = self.ld_c = padded(self.n_loc, self.dtype.itemsize)
         self.channels: list[PanelChannel] = []
         self.closed = False
         vnodes = topo.comm.allgather(topo.vnode)
-        self.row = self._channel(topo.row_comm, vnodes, self.a_shape, self.m_loc, cuda_aware)
-        self.col = self._channel(topo.col_comm, vnodes, self.b_shape, self.n_loc, cuda_aware)
-        self.A = self._typed(self.row.block, self.a_shape, order="F")
-        self.B = self._typed(self.col.block, self.b_shape, order="C")
-        self.C = backend.empty(self.c_shape, self.dtype)
-        backend.poison(self.C)
+        self.row = self._channel(topo.row_comm, vnodes, self.a_shape[1] * self.ld_a, self.ld_a, cuda_aware)
+        self.col = self._channel(topo.col_comm, vnodes, self.b_shape[0] * self.ld_b, self.ld_b, cuda_aware)
+        # A, B and C are views of their logical shapes; the padding past them is never read.
+        self.A = self._typed(self.row.block, (self.ld_a, self.a_shape[1]), order="F")[: self.m_loc]
+        self.B = self._typed(self.col.block, (self.b_shape[0], self.ld_b), order="C")[:, : self.n_loc]
+        c_storage = backend.empty((self.m_loc, self.ld_c), self.dtype)
+        backend.poison(c_storage)
+        self.C = c_storage[:, : self.n_loc]
         self.scratch = self._relayout_scratch()
         #: Bytes of the last product by (source world rank, this rank, path).
         self.bytes_by_pair: collections.Counter = collections.Counter()
@@ -205,9 +216,9 @@ class Engine:
         GEMM ``s - ring``, which read it, is done: the fetch's wait on that GEMM.
         """
         relayout_a, relayout_b = relaid(self.gemm_order)
-        shapes = self.layout.local_shapes(self.topo.rank)
-        m_loc, n_loc = shapes["C"]
-        a_size, b_size = (m_loc * self.panel if relayout_a else 0), (self.panel * n_loc if relayout_b else 0)
+        ld_panel = padded(self.panel, self.dtype.itemsize)
+        a_size = self.m_loc * ld_panel if relayout_a else 0
+        b_size = ld_panel * self.n_loc if relayout_b else 0
         return [(self.backend.empty((a_size,), self.dtype) if a_size else None,
                  self.backend.empty((b_size,), self.dtype) if b_size else None) for _ in range(self.ring)]
 
@@ -233,15 +244,19 @@ class Engine:
             )
         agree(topo.comm, err)
 
-    def _channel(self, comm, vnodes, block_shape, panel_rows, cuda_aware) -> PanelChannel:
-        """Collective: one operand's channel; a failure on any rank fails it on all."""
+    def _channel(self, comm, vnodes, block_elements, panel_rows, cuda_aware) -> PanelChannel:
+        """Collective: one operand's channel; a failure on any rank fails it on all.
+
+        ``block_elements`` counts the padding; a panel of one k is ``panel_rows`` (the leading
+        dimension) elements.
+        """
         itemsize = self.dtype.itemsize
         members = comm.allgather(self.topo.rank)
         channel, err = None, None
         try:
             channel = PanelChannel(
                 comm, members, [vnodes[r] for r in members], self.backend,
-                int(np.prod(block_shape)) * itemsize, panel_rows * self.panel * itemsize,
+                block_elements * itemsize, panel_rows * self.panel * itemsize,
                 self.prefetch, cuda_aware,
             )
             self.channels.append(channel)
@@ -272,10 +287,15 @@ class Engine:
 
     # -- the product ----------------------------------------------------------
     def _panel(self, transfer, width: int, operand: str):
+        """The arrived panel as a view of its logical shape, its columns (A) or rows (B) padded apart.
+
+        A panel travels with its padding (whole stored lines: at most 127 bytes a line more), so
+        that it is a view of one contiguous piece like its block.
+        """
         data = transfer.panel.view(self.dtype)
         if operand == "A":
-            return data[: self.m_loc * width].reshape((self.m_loc, width), order="F")
-        return data[: width * self.n_loc].reshape((width, self.n_loc))
+            return data[: width * self.ld_a].reshape((self.ld_a, width), order="F")[: self.m_loc]
+        return data[: width * self.ld_b].reshape((width, self.ld_b))[:, : self.n_loc]
 
     def _for_gemm(self, transfer, width: int, operand: str, slot: int):
         """The panel in the order the GEMM takes, and the event the GEMM waits for.
@@ -292,7 +312,14 @@ class Engine:
         if wanted == ("F" if operand == "A" else "C") or self.m_loc * self.n_loc == 0:
             return panel, transfer.ready, False
         backend, stream = self.backend, self.backend.comm_stream
-        target = self.scratch[slot][index][: panel.size].reshape(panel.shape, order=wanted)
+        # Padded like the blocks, so that the GEMM reads aligned lines here too: rows of A, columns of B.
+        ld = padded(width, self.dtype.itemsize)
+        rows, cols = panel.shape
+        scratch = self.scratch[slot][index]
+        if wanted == "C":  # A row-major: m_loc rows of width, ld apart
+            target = scratch[: rows * ld].reshape((rows, ld))[:, :cols]
+        else:  # B column-major: n_loc columns of width, ld apart
+            target = scratch[: cols * ld].reshape((ld, cols), order="F")[:rows]
         backend.wait(stream, transfer.ready)
         backend.relayout(target, panel, stream)
         return target, backend.event(stream), True
@@ -322,13 +349,13 @@ class Engine:
             # The channels take the step, not our slot: a channel that spans nodes keeps a
             # deeper ring (at least 2) and must alternate its relay slots even with prefetch 0.
             # gemm_done[slot] (GEMM s - ring) is as late as any GEMM that read their slot.
-            a = self.row.fetch(step.a_root, step.a_offset * self.m_loc * itemsize, width * self.m_loc * itemsize,
-                               s, gemm_done[slot])
+            a = self.row.fetch(step.a_root, step.a_offset * self.ld_a * itemsize,
+                               width * self.ld_a * itemsize, s, gemm_done[slot])
             # A re-layout is part of its panel's transfer: communication-stream work, timed with it.
             a_panel, a_ready, a_relaid = self._for_gemm(a, width, "A", slot)
             a_end = backend.event(comm_stream)
-            b = self.col.fetch(step.b_root, step.b_offset * self.n_loc * itemsize, width * self.n_loc * itemsize,
-                               s, gemm_done[slot])
+            b = self.col.fetch(step.b_root, step.b_offset * self.ld_b * itemsize,
+                               width * self.ld_b * itemsize, s, gemm_done[slot])
             b_panel, b_ready, b_relaid = self._for_gemm(b, width, "B", slot)
             b_end = backend.event(comm_stream)
             fetched[s] = (a_panel, a_ready, b_panel, b_ready)

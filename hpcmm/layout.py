@@ -37,7 +37,9 @@ rounded by largest remainder, ties to the first), predicted imbalance 0.2
 Storage orders are chosen so that every panel the algorithm moves is one
 contiguous run of memory: A blocks are column-major (a column panel
 ``A[:, k0:k1]`` is contiguous), B blocks row-major (a row panel ``B[k0:k1, :]``
-is contiguous), C blocks row-major.
+is contiguous), C blocks row-major.  Each block is stored with a padded
+leading dimension (:func:`padded`): A's columns hold ``padded(m_loc)``
+elements, B's and C's rows ``padded(n_loc)``; the padding is never read.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 __all__ = [
+    "ALIGN_BYTES",
     "Grid",
     "GridFit",
     "Layout",
@@ -58,9 +61,34 @@ __all__ = [
     "bounds_owner",
     "fit_grid",
     "load_imbalance",
+    "padded",
     "predicted_imbalance",
     "weighted_bounds",
 ]
+
+
+#: What a stored column (A) or row (B, C) is padded to: one cache line.
+ALIGN_BYTES = 128
+
+
+def padded(extent: int, itemsize: int) -> int:
+    """``extent`` rounded up to a whole number of :data:`ALIGN_BYTES` of elements: a leading dimension.
+
+    cuBLAS's fast kernels load operands with wide vector loads and tensor-core
+    tiles, which need every column (or row) to start on an aligned address: an
+    odd leading dimension (a block of 2731 rows) sends it to slower fallback
+    kernels.  ScaLAPACK's ``lld >= local rows`` is the same freedom: a block is
+    stored with its columns ``padded(rows)`` elements apart, the padding never
+    read.  128 bytes (a cache line) is 16 float64 or 64 float16; the memory
+    it costs is at most 127 bytes per stored column or row.
+
+    Examples
+    --------
+    >>> padded(2731, 8), padded(6001, 2), padded(4096, 8), padded(0, 8), padded(1, 16)
+    (2736, 6016, 4096, 0, 8)
+    """
+    unit = ALIGN_BYTES // math.gcd(ALIGN_BYTES, itemsize)
+    return -(-extent // unit) * unit
 
 
 def block_range(n: int, parts: int, index: int) -> tuple[int, int]:

@@ -16,13 +16,13 @@ from fake_backend import FakeBackend, install
 from mpi4py import MPI
 
 from hpcmm import gemm_orders
-from hpcmm.backend import CpuBackend
+from hpcmm.backend import CpuBackend, orders
 from hpcmm.config import DTYPES, ENVIRONMENT, RunConfig, settings_from_environment
 from hpcmm.dtypes import BFLOAT16
 from hpcmm.engine import Engine, memory_needed
 from hpcmm.errors import InputError
 from hpcmm.gemm_orders import MEASURED, ORDER_BY_TYPE, ORDERS, STORED, choose, gemm_order, label, relaid
-from hpcmm.layout import Grid, Layout
+from hpcmm.layout import Grid, Layout, padded
 from hpcmm.topology import Topology
 
 
@@ -137,6 +137,58 @@ def test_cpu_gemm_takes_every_order(order, dtype):
     assert np.max(np.abs(c.astype(np.float64) - exact)) <= bound
 
 
+def _padded_view(x: np.ndarray, order: str, pad: int = 5, fill=7.0) -> np.ndarray:
+    """``x`` copied into a view of a larger block: rows (``C``) or columns (``F``) ``pad`` elements longer."""
+    rows, cols = x.shape
+    if order == "C":
+        storage = np.full((rows, cols + pad), fill, dtype=x.dtype)
+        view = storage[:, :cols]
+    else:
+        storage = np.full((rows + pad, cols), fill, dtype=x.dtype, order="F")
+        view = storage[:rows]
+    view[...] = x
+    return view
+
+
+def test_orders_reads_leading_dimensions_from_the_strides():
+    assert orders(np.empty((6, 16))[:, :5]) == {"C": 16}
+    assert orders(np.empty((16, 3), order="F")[:5]) == {"F": 16}
+    assert orders(np.empty((4, 3))) == {"C": 3} and orders(np.empty((4, 3), order="F")) == {"F": 4}
+    # One row or column: either order, the leading dimension as small as cuBLAS allows.
+    assert orders(np.empty((1, 4))) == {"C": 4, "F": 1}
+    assert orders(np.empty((16, 3), order="F")[:5, :1]) == {"C": 1, "F": 5}
+    assert orders(np.empty((5, 16))[:, :1]) == {"C": 16}
+    # Neither order: a step in both axes, rows overlapping, reversed.
+    assert orders(np.empty((6, 8))[::2, ::2]) == {}
+    assert orders(np.lib.stride_tricks.as_strided(np.empty(8), (3, 4), (16, 8))) == {}
+    assert orders(np.empty((4, 3))[::-1]) == {}
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("shape", [(9, 7, 5), (1, 7, 5), (9, 1, 5), (9, 7, 1), (1, 1, 1)])
+def test_cpu_gemm_takes_padded_operands(order, shape):
+    """Operands and C as views of padded blocks: the product is right and the padding untouched."""
+    m, n, w = shape
+    a, b = _operands("float64", m, n, w, order)
+    a_view, b_view = _padded_view(a, "F" if order[0] == "F" else "C"), _padded_view(b, order[1])
+    c = _padded_view(np.full((m, n), np.nan), "C", fill=7.0)
+    backend = CpuBackend()
+    backend.gemm(a_view, b_view, c, accumulate=False)
+    backend.gemm(a_view, b_view, c, accumulate=True)
+    np.testing.assert_allclose(c, 2 * (a @ b), rtol=0, atol=1e-13)
+    assert (c.base[:, n:] == 7.0).all()
+
+
+@pytest.mark.parametrize("shape", [(7, 3), (1, 5), (5, 1), (0, 4)])
+def test_cpu_relayout_both_ways_with_padding(shape):
+    src = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    for source, target in (("C", "F"), ("F", "C")):
+        dst = _padded_view(np.zeros(shape, np.float32), target, fill=-1.0)
+        CpuBackend().relayout(dst, _padded_view(src, source))
+        assert np.array_equal(dst, src)
+        assert (dst.base == -1.0).sum() == dst.base.size - src.size
+
+
 @pytest.mark.parametrize("shape", [(7, 3), (1, 5), (5, 1), (0, 4)])
 def test_cpu_relayout_both_ways(shape):
     src = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
@@ -172,19 +224,26 @@ def test_engine_product_in_every_order(order, prefetch, monkeypatch):
     seen = []
     gemm = CpuBackend.gemm
 
+    lds = set()
+
     def recording(self, a_panel, b_panel, c, *args, **kwargs):
-        seen.append("".join("F" if x.flags.f_contiguous else "C" for x in (a_panel, b_panel)))
+        # m = 13, n = 8 and panels of 2 or 3: each panel is in one order only.
+        (a_order, a_ld), = orders(a_panel).items()
+        (b_order, b_ld), = orders(b_panel).items()
+        seen.append(a_order + b_order)
+        lds.update((a_ld, b_ld, orders(c)["C"]))
         return gemm(self, a_panel, b_panel, c, *args, **kwargs)
 
     monkeypatch.setattr(CpuBackend, "gemm", recording)
     try:
-        assert np.isnan(engine.C).all()
+        assert np.isnan(engine.C).all() and np.isnan(engine.C.base).all()  # the padding poisoned too
         for _ in range(2):  # a second product reuses the scratch slots
             engine.multiply()
             c = np.array(engine.C)
             assert np.isfinite(c).all()
             np.testing.assert_allclose(c, a @ b, rtol=0, atol=1e-13)
         assert seen == [order] * 2 * len(engine.plan)
+        assert lds == {16}  # every leading dimension padded to 128 bytes (the scratch's too)
         assert engine.gemm_order == order and engine.gemm_order_label == label(order)
         used = [(x is not None, y is not None) for x, y in engine.scratch]
         assert used == [relaid(order)] * (prefetch + 1)
@@ -201,12 +260,48 @@ def test_memory_figure_grows_by_the_scratch_exactly_when_a_relayout_is_needed(or
         ring = prefetch + 1
         plain = memory_needed(engine.layout, 0, 8, panel, engine.slots_per_operand())
         relayout_a, relayout_b = relaid(order)
-        extra = ring * panel * (m * relayout_a + n * relayout_b) * 8
+        extra = ring * padded(panel, 8) * (m * relayout_a + n * relayout_b) * 8
         assert engine.needed_bytes() == plain + extra
         assert engine.device_bytes == engine.needed_bytes()  # the figure the memory check used
         held = sum(x.nbytes for pair in engine.scratch for x in pair if x is not None)
         assert held == extra
         assert (extra > 0) == (order != STORED)
+    finally:
+        engine.close()
+        topo.close()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_memory_figure_counts_the_padding_exactly(dtype):
+    """13 × 8 blocks, k = 11: A's columns and B's and C's rows take 128 bytes each (16 float64, 64 float16)."""
+    m, n, k, panel, prefetch = 13, 8, 11, 3, 1
+    topo, engine, a, b = _engine(m, n, k, "FC", panel=panel, prefetch=prefetch, dtype=dtype)
+    try:
+        item = np.dtype(dtype).itemsize
+        ld = 128 // item
+        assert (engine.ld_a, engine.ld_b, engine.ld_c) == (ld, ld, ld)
+        ring = engine.slots_per_operand()
+        expected = (ld * k + k * ld + m * ld + ring * panel * (ld + ld)) * item
+        assert memory_needed(engine.layout, 0, item, panel, ring) == engine.needed_bytes() == expected
+        # What the engine holds: the padded blocks, C's padded storage.
+        assert engine.row.block.nbytes == ld * k * item and engine.col.block.nbytes == k * ld * item
+        assert engine.C.base.nbytes == m * ld * item
+        # The logical views keep their shapes.
+        assert engine.A.shape == (m, k) and engine.B.shape == (k, n) and engine.C.shape == (m, n)
+        np.testing.assert_array_equal(np.asarray(engine.A), a.astype(dtype))
+        np.testing.assert_array_equal(np.asarray(engine.B), b.astype(dtype))
+    finally:
+        engine.close()
+        topo.close()
+
+
+def test_poison_shows_a_block_the_gemm_never_wrote(monkeypatch):
+    """A GEMM that writes nothing leaves the padded C all NaN: no step's panels land in the padding."""
+    topo, engine, _, _ = _engine(13, 8, 11, "CF", panel=3)
+    monkeypatch.setattr(CpuBackend, "gemm", lambda *args, **kwargs: None)
+    try:
+        engine.multiply()
+        assert np.isnan(engine.C).all() and np.isnan(engine.C.base).all()
     finally:
         engine.close()
         topo.close()

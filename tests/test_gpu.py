@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 
-from hpcmm.backend import GpuBackend, gpu_count, make_backend
+from hpcmm.backend import GpuBackend, gpu_count, make_backend, orders
 from hpcmm.dtypes import read_dataset
 from hpcmm.gemm_orders import ORDER_BY_TYPE, ORDERS, label, type_key
 from hpcmm.verify import tolerance
@@ -125,6 +125,66 @@ def test_gemm_in_every_operand_order(backend, dtype, tf32, order, shape):
     assert error <= bound, f"{dtype}{' tf32' if tf32 else ''} {order} error {error:.3e} > {bound:.3e}"
 
 
+def padded_on_device(be, host, order: str, pad: int):
+    """``host`` copied into a view of a poisoned device block whose rows (``C``) or columns (``F``) are ``pad`` longer.
+
+    Returns the view and its block, so that a test can see the padding was not written.
+    """
+    rows, cols = host.shape
+    block = be.empty((rows, cols + pad) if order == "C" else (rows + pad, cols), host.dtype, order=order)
+    be.poison(block)
+    view = block[:, :cols] if order == "C" else block[:rows]
+    view[...] = be.from_host(host)
+    be.synchronize()
+    return view, block
+
+
+def padding_untouched(be, block, shape, order: str) -> bool:
+    rows, cols = shape
+    host = be.to_host(block).astype(np.complex128 if block.dtype.kind == "c" else np.float64)
+    return bool(np.isnan(host[:, cols:] if order == "C" else host[rows:]).all())
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("dtype, tf32", [("float64", False), ("float32", True), ("float16", False),
+                                         ("bfloat16", False), ("complex64", False)])
+@pytest.mark.parametrize("shape", [(37, 29, 23), (1, 5, 3), (64, 1, 17), (5, 7, 1), (2731, 601, 300)])
+def test_gemm_with_padded_operands_in_every_order(backend, dtype, tf32, order, shape):
+    """A, B and C as views of padded blocks (as the engine stores them): the leading dimensions come from
+    the strides, the product is right and the padding of C is never written."""
+    m, n, w = shape
+    a, b, c0 = host_operands(m, n, w, dtype, seed=4)
+    a_d, _ = padded_on_device(backend, a, order[0], 3)
+    b_d, _ = padded_on_device(backend, b, order[1], 5)
+    c_d, c_block = padded_on_device(backend, c0, "C", 7)
+    assert set(orders(a_d)) >= {order[0]} and set(orders(b_d)) >= {order[1]} and "C" in orders(c_d)
+    backend.gemm(a_d, b_d, c_d, accumulate=True, stream=backend.compute_stream, tf32=tf32)
+    backend.stream_synchronize(backend.compute_stream)
+    error = componentwise_error(backend.to_host(c_d), a, b, c0)
+    bound = tolerance(dtype, w, steps=1, tf32=tf32)
+    assert error <= bound, f"{dtype}{' tf32' if tf32 else ''} {order} {shape} error {error:.3e} > {bound:.3e}"
+    assert padding_untouched(backend, c_block, (m, n), "C")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "complex128"])
+@pytest.mark.parametrize("shape", [(1, 5), (5, 1), (33, 65), (1000, 37), (0, 4), (2731, 129)])
+@pytest.mark.parametrize("src_order, dst_order", [("C", "F"), ("F", "C"), ("C", "C"), ("F", "F")])
+def test_relayout_with_padded_source_and_destination(backend, dtype, shape, src_order, dst_order):
+    """The transpose (and the 2-D copy where the orders agree) steps over both leading dimensions."""
+    from hpcmm.dtypes import numpy_dtype
+
+    rng = np.random.default_rng(9)
+    host = rng.uniform(-1, 1, shape).astype(numpy_dtype(dtype))
+    src, _ = padded_on_device(backend, host, src_order, 11)
+    dst, dst_block = padded_on_device(backend, np.zeros(shape, host.dtype), dst_order, 3)
+    backend.poison(dst_block)
+    backend.synchronize()
+    backend.relayout(dst, src, backend.comm_stream)
+    backend.event_synchronize(backend.event(backend.comm_stream))
+    assert np.array_equal(backend.to_host(dst), host), (src_order, dst_order)
+    assert padding_untouched(backend, dst_block, shape, dst_order)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "complex128"])
 @pytest.mark.parametrize("shape", [(1, 5), (5, 1), (33, 65), (1000, 37), (0, 4), (4099, 129)])
 def test_relayout_is_an_exact_transpose(backend, dtype, shape):
@@ -201,7 +261,7 @@ def test_gemm_empty_and_layout_errors(backend):
     backend.gemm(backend.empty((0, 3), np.float64, order="F"), backend.empty((3, 4), np.float64), empty_c,
                  accumulate=False)
     a = backend.from_host(np.ones((4, 6)))[:, ::2]  # a strided view: neither row- nor column-major
-    with pytest.raises(ValueError, match="gemm wants a contiguous"):
+    with pytest.raises(ValueError, match="gemm wants a row- or column-major"):
         backend.gemm(a, backend.from_host(np.ones((3, 2))), backend.empty((4, 2), np.float64), accumulate=False)
     c = backend.empty((2, 4), np.float64, order="F")
     with pytest.raises(ValueError, match="gemm wants c row-major"):

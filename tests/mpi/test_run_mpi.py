@@ -225,6 +225,14 @@ def test_every_gemm_order(mpi_tmp_path, order, prefetch):
     on_rank0(recorded)
 
 
+@pytest.mark.parametrize("prefetch", [0, 1])
+@pytest.mark.parametrize("order", ORDERS)
+def test_blocks_with_and_without_padding(mpi_tmp_path, order, prefetch):
+    """Local extents that are whole cache lines (16 float64: stored unpadded) beside ones that are not."""
+    m, n, k = 16 * P, 16 * P + 3, 3 * P + 2
+    run_and_compare(mpi_tmp_path, m=m, n=n, k=k, panel=4, prefetch=prefetch, gemm_order=order)
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("order", ["CC", "CF", "FF"])
 @pytest.mark.parametrize("ranks_per_node", [1, 2])
