@@ -47,7 +47,7 @@ import numpy as np
 
 from .algorithms import auto_panel, ring_depth, summa_plan
 from .errors import InputError
-from .layout import Grid, Layout
+from .layout import Grid, Layout, padded
 from .summary import product_flops
 
 __all__ = [
@@ -775,14 +775,36 @@ def memory_bytes(problem: Problem, grid: Grid, panel: int, ring: int) -> int:
     m_loc = layout.extent(layout.rows(0))
     n_loc = layout.extent(layout.cols(0))
     k_a, k_b = layout.extent(layout.a_k(0)), layout.extent(layout.b_k(0))
-    blocks = m_loc * k_a + k_b * n_loc + m_loc * n_loc
-    return (blocks + ring * panel * (m_loc + n_loc)) * problem.itemsize
+    # Stored columns of A and rows of B and C are padded to 128 bytes (layout.padded), as the engine stores them.
+    ld_a, ld_bc = padded(m_loc, problem.itemsize), padded(n_loc, problem.itemsize)
+    blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
+    return (blocks + ring * panel * (ld_a + ld_bc)) * problem.itemsize
 
 
 def _fits(problem, grid, panel, prefetch, machine, sharers: int, extra: int = 0) -> bool:
     ring = ring_depth(prefetch, spans_nodes=True)  # the deepest a channel keeps
     need = (memory_bytes(problem, grid, panel, ring) + extra) * sharers
     return need <= machine.memory_gib * 2**30
+
+
+def _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn) -> Machine:
+    """The layer's machine with the GEMM rate its ranks really get.
+
+    A layer is simulated on ``1/c`` of a node's devices; where a node has
+    fewer devices than layers (several ranks per GPU, virtual nodes on one
+    host) the layers share devices, and a layer rank shares its device with
+    the ranks of the other layers too.  The GEMM rates are scaled by the
+    layer's share over the real one (:func:`place` counts both).
+    """
+    def share(s: int) -> float:
+        return s / machine.shared_device_efficiency if s > 1 else 1.0
+
+    real = int(place(ranks, machine, ranks_per_node, per_host).sharers.max())
+    layer = int(place(ranks // c, sliced, rpn, per_host // c).sharers.max())
+    scale = share(layer) / share(real)
+    if scale >= 1.0:
+        return sliced
+    return sliced.replace(gemm={k: dataclasses.replace(v, tflops=v.tflops * scale) for k, v in sliced.gemm.items()})
 
 
 def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch, cuda_aware):
@@ -814,6 +836,7 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
     sliced = machine.replace(devices_per_node=max(1, machine.devices_per_node // c),
                              nics_per_node=max(1, machine.nics_per_node // c))
     rpn = node // c
+    sliced = _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn)
     pred = _simulate(sub, ranks // c, sliced, rpn, per_host // c, None, panel, prefetch, "summa",
                      machine.cuda_aware if cuda_aware is None else cuda_aware)
     rows, cols = compute_dims(ranks // c)

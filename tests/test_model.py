@@ -477,3 +477,20 @@ def test_check_table_reads_algo_and_prints_gains_and_repeats(tmp_path):
     assert gains[0][3] == pytest.approx(rows[0].predicted / rows[2].predicted - 1)
     table = model.check_table(files, machine)
     assert "gain over summa" in table and "2 runs: min 0.03 s" in table and "spread 10.0 %" in table
+
+
+def test_layers_that_share_a_device_share_its_gemm_rate():
+    """8 ranks on the 2 GPUs of h200x2 in virtual nodes of 4: every GPU holds 4 ranks whatever the layers.
+
+    Four layers of 2 ranks would each see one device per rank if the layer kept the node's GPUs to
+    itself; the layer's GEMM rate is scaled to what its ranks really get (4 per GPU, not 2).
+    """
+    from hpcmm.model import _layer_device_share, builtin
+
+    machine = builtin("h200x2")
+    sliced = machine.replace(devices_per_node=1, nics_per_node=1)
+    layer = _layer_device_share(machine, sliced, ranks=8, c=4, ranks_per_node=4, per_host=8, rpn=1)
+    assert layer.curve("float64").tflops == pytest.approx(machine.curve("float64").tflops / 2)
+    # Two layers of 4 ranks on one device each: 4 per GPU either way, nothing to scale.
+    layer = _layer_device_share(machine, sliced, ranks=8, c=2, ranks_per_node=4, per_host=8, rpn=2)
+    assert layer.curve("float64").tflops == machine.curve("float64").tflops
