@@ -35,7 +35,7 @@ from hpcmm.engine import Engine
 from hpcmm.errors import InputError, VerificationError
 from hpcmm.gemm_orders import ORDERS, label
 from hpcmm.inputs import generate_block
-from hpcmm.layout import Grid, Layout
+from hpcmm.layout import Grid, Layout, padded
 from hpcmm.verify import tolerance
 
 COMM = MPI.COMM_WORLD
@@ -307,15 +307,18 @@ def test_relay_through_the_node_leader(mpi_tmp_path, prefetch):
 
 
 def expected_bytes(layout: Layout, plan_widths: list[tuple[int, int, int]], itemsize: int) -> int:
-    """Bytes one product moves: every step, each rank outside the panel's owner column (row) gets its piece."""
+    """Bytes one product moves: every step, each rank outside the panel's owner column (row) gets its piece.
+
+    A panel travels as stored: whole columns of A and rows of B, each padded to 128 bytes (``padded``).
+    """
     total = 0
     for width, a_root, b_root in plan_widths:
         for rank in range(layout.grid.size):
             r, c = layout.grid.coords(rank)
             if c != a_root:
-                total += (layout.rows(r)[1] - layout.rows(r)[0]) * width * itemsize
+                total += padded(layout.rows(r)[1] - layout.rows(r)[0], itemsize) * width * itemsize
             if r != b_root:
-                total += (layout.cols(c)[1] - layout.cols(c)[0]) * width * itemsize
+                total += padded(layout.cols(c)[1] - layout.cols(c)[0], itemsize) * width * itemsize
     return total
 
 
