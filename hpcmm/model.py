@@ -658,6 +658,13 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                     # starts; the later chunks' copies overlap the MPI transfer of the one before.
                     fill, drain = staged_copy_seconds(size, machine)
                     end = end + fill
+                    if on_gpu:
+                        # Every chunk, root and receivers wait on the host for a copy of their
+                        # device; time-sliced by S ranks, that copy runs in its context's turn,
+                        # after the other S - 1 contexts' work (as a CUDA-aware round does below).
+                        others = _group_max(pl.sharers.astype(float), ro.comm, ro.bcast) - 1
+                        chunks = np.ceil(size / float(machine.staged_chunk_bytes))
+                        end = end + chunks * others * machine.shared_mpi_us * 1e-6
                 if on_gpu and not staged:
                     # Each round of the tree is a device copy the host waits for.  On a device
                     # time-sliced by S ranks it runs only in its context's turn, after the other

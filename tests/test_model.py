@@ -328,7 +328,7 @@ MEASURED = [
 #: Staged cases still more than 15 % off with the chunk-pipeline model and that run's refitted staged
 #: figures (docs/scaling.md section 1): (ranks, m, rpn).  The second call measured the same cases
 #: 10-50 % faster; no calibration of that run can follow both (the section says why).
-STAGED_OPEN = {(2, 8192, 1), (8, 6001, 1), (8, 8192, 4)}
+STAGED_OPEN = {(2, 8192, 1), (8, 6001, 1), (8, 8192, 4)}  # the first call: staged products 10-50 % slower than later calls
 
 
 def _measured_machine(kind):
@@ -346,7 +346,7 @@ def test_measured_cases_within_15_percent(kind, ranks, m, n, k, dtype, rpn, seco
                 ranks_per_host=ranks, cuda_aware=kind == "cuda-aware")
     err = abs(p.seconds / seconds - 1)
     if kind == "system" and (ranks, m, rpn) in STAGED_OPEN:
-        assert 0.15 < err < 0.30  # the table's "after the fix" row; a change here must update it
+        assert 0.15 < err < 0.35  # the table's "recomputed" rows; a change here must update it
     else:
         assert err <= 0.15
 
@@ -494,3 +494,85 @@ def test_layers_that_share_a_device_share_its_gemm_rate():
     # Two layers of 4 ranks on one device each: 4 per GPU either way, nothing to scale.
     layer = _layer_device_share(machine, sliced, ranks=8, c=2, ranks_per_node=4, per_host=8, rpn=2)
     assert layer.curve("float64").tflops == machine.curve("float64").tflops
+
+
+# -- the fresh model check of 2026-11-30 -------------------------------------------------------
+#: Every case of the three calls of 2026-11-30 (tests/gpu/model_check.sh, sections system, 2.5d and
+#: cuda-aware), each with the description its own call measured (data/machines/h200x2-2026-11-30-*.json):
+#: (description, ranks, m, n, k, dtype, ranks per node, algo, panel, CUDA-aware, measured seconds).
+#: The comment is the model's error when these rows were added (docs/scaling.md, section 1).
+MEASURED_1130 = [
+    ("system", 2, 16384, 16384, 16384, "float16", None, "summa", 4096, False, 0.0073763),  # -28.5 %
+    ("system", 2, 16384, 16384, 16384, "float64", None, "summa", 2048, False, 0.084825),  # -12.4 %
+    ("system", 2, 8192, 8192, 8192, "float64", None, "summa", 2048, False, 0.010199),  # -5.6 %
+    ("system", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, False, 0.079646),  # +5.4 %
+    ("system", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, False, 0.088121),  # -4.7 %
+    ("system", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, False, 0.082241),  # +2.1 %
+    ("system", 2, 12007, 9001, 6003, "float32", None, "summa", 1501, False, 0.013829),  # -6.8 %
+    ("system", 4, 8192, 8192, 8192, "float64", None, "summa", 2048, False, 0.011514),  # -1.2 %
+    ("system", 4, 4096, 4096, 4096, "float64", 1, "summa", 2048, False, 0.026423),  # -2.8 %
+    ("system", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, False, 0.047508),  # +2.8 %
+    ("system", 8, 16384, 16384, 16384, "float64", None, "summa", 2048, False, 0.096141),  # -8.4 %
+    ("system", 8, 6001, 4099, 3001, "float32", 1, "summa", 750, False, 0.015594),  # +5.8 %
+    ("system", 8, 4096, 4096, 4096, "float64", 2, "summa", 1024, False, 0.031093),  # -25.2 %
+    ("system", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.054701),  # -10.1 %
+    ("system", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.061433),  # -20.0 %
+    ("cuda-aware", 2, 16384, 16384, 16384, "float16", 1, "summa", 4096, True, 0.0068885),  # -24.0 %
+    ("cuda-aware", 2, 16384, 16384, 16384, "float64", 1, "summa", 2048, True, 0.085337),  # -11.6 %
+    ("cuda-aware", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, True, 0.010666),  # -8.5 %
+    ("cuda-aware", 4, 8192, 8192, 8192, "float32", 1, "summa", 2048, True, 0.013625),  # +2.0 %
+    ("cuda-aware", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, True, 0.01247),  # -3.5 %
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 1, "summa", 2048, True, 0.017545),  # -5.4 %
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 2, "summa", 2048, True, 0.015891),  # -6.1 %
+    ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, "summa", 750, True, 0.010721),  # -17.0 %
+    ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, "summa", 2048, True, 0.10216),  # -10.9 %
+    ("system-2.5d", 4, 10007, 6001, 6007, "float64", 2, "2.5d:2", 1501, False, 0.029132),  # -4.2 %
+    ("system-2.5d", 4, 10007, 6001, 6007, "float64", 2, "summa", 1502, False, 0.027048),  # +0.4 %
+    ("system-2.5d", 4, 8192, 8192, 8192, "float64", 2, "2.5d:2", 2048, False, 0.049983),  # -8.4 %
+    ("system-2.5d", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, False, 0.049187),  # -6.4 %
+    ("system-2.5d", 8, 10007, 6001, 6007, "float64", 4, "2.5d:2", 1501, False, 0.021465),  # -9.8 %
+    ("system-2.5d", 8, 10007, 6001, 6007, "float64", 4, "2.5d:4", 750, False, 0.023066),  # -19.3 %
+    ("system-2.5d", 8, 10007, 6001, 6007, "float64", 4, "summa", 1501, False, 0.035257),  # -9.3 %
+    ("system-2.5d", 8, 8192, 8192, 8192, "float64", 4, "2.5d:2", 2048, False, 0.031673),  # -7.6 %
+    ("system-2.5d", 8, 8192, 8192, 8192, "float64", 4, "2.5d:4", 1024, False, 0.032426),  # -12.6 %
+    ("system-2.5d", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.053141),  # -12.9 %
+]
+#: The rows still outside 15 % (docs/scaling.md says why): they must stay below 35 % until fixed.
+OPEN_1130 = {0, 12, 14, 15, 22, 29}
+
+
+def _machine_1130(kind):
+    from pathlib import Path
+
+    return model.load_machine(str(Path(__file__).resolve().parents[1] / "data" / "machines"
+                                  / f"h200x2-2026-11-30-{kind}.json"))
+
+
+def _predicted_1130(row):
+    kind, ranks, m, n, k, dtype, rpn, algo, panel, aware, _ = row
+    grid = tuple(model.compute_dims(ranks)) if algo == "summa" else None
+    return predict(Problem(m, n, k, dtype), ranks, _machine_1130(kind), ranks_per_node=rpn, ranks_per_host=ranks,
+                   grid=grid, panel=panel, prefetch=1, algo=algo, cuda_aware=aware).seconds
+
+
+@pytest.mark.parametrize("index", range(len(MEASURED_1130)))
+def test_fresh_cases_within_15_percent(index):
+    """The model against the runs of 2026-11-30: within 15 %, but the open rows (below 35 %)."""
+    row = MEASURED_1130[index]
+    err = abs(_predicted_1130(row) / row[-1] - 1)
+    if index in OPEN_1130:
+        assert 0.15 < err < 0.35, (row, err)  # an open row that closes must leave OPEN_1130 (and the docs)
+    else:
+        assert err <= 0.15, (row, err)
+
+
+def test_fresh_2p5d_gains_within_15_percent():
+    """2.5D over summa on the emulated slow network: predicted speed-up within 15 % of the measured one."""
+    runs = {(r[1], r[2], r[7]): r for r in MEASURED_1130 if r[0] == "system-2.5d"}
+    pairs = [(key, runs[key[:2] + ("summa",)]) for key in runs if key[2] != "summa"]
+    assert len(pairs) == 6
+    for key, summa in pairs:
+        run = runs[key]
+        measured = summa[-1] / run[-1]
+        predicted = _predicted_1130(summa) / _predicted_1130(run)
+        assert abs(predicted / measured - 1) <= 0.15, (key, measured, predicted)
