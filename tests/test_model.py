@@ -497,8 +497,9 @@ def test_layers_that_share_a_device_share_its_gemm_rate():
 
 
 # -- the fresh model check of 2026-11-30 -------------------------------------------------------
-#: Every case of the three calls of 2026-11-30 (tests/gpu/model_check.sh, sections system, 2.5d and
-#: cuda-aware), each with the description its own call measured (data/machines/h200x2-2026-11-30-*.json):
+#: Every case of the four calls of 2026-11-30 (tests/gpu/model_check.sh, sections system, 2.5d,
+#: cuda-aware, and system again after the sweep's changes), each with the description its own call
+#: measured (data/machines/h200x2-2026-11-30-*.json):
 #: (description, ranks, m, n, k, dtype, ranks per node, algo, panel, CUDA-aware, measured seconds).
 #: The comment is the model's error when these rows were added (docs/scaling.md, section 1).
 MEASURED_1130 = [
@@ -536,9 +537,25 @@ MEASURED_1130 = [
     ("system-2.5d", 8, 8192, 8192, 8192, "float64", 4, "2.5d:2", 2048, False, 0.031673),  # -7.6 %
     ("system-2.5d", 8, 8192, 8192, 8192, "float64", 4, "2.5d:4", 1024, False, 0.032426),  # -12.6 %
     ("system-2.5d", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.053141),  # -12.9 %
+    # the fourth call (system only), after the sweep drew the run's data and the fit weighed by time
+    ("system-b", 2, 16384, 16384, 16384, "float16", None, "summa", 4096, False, 0.0066855),  # +1.0 %
+    ("system-b", 2, 16384, 16384, 16384, "float64", None, "summa", 2048, False, 0.08507),  # -2.2 %
+    ("system-b", 2, 8192, 8192, 8192, "float64", None, "summa", 2048, False, 0.010292),  # +5.3 %
+    ("system-b", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, False, 0.08875),  # +9.8 %
+    ("system-b", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, False, 0.082214),  # +18.5 %
+    ("system-b", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, False, 0.084325),  # +15.5 %
+    ("system-b", 2, 12007, 9001, 6003, "float32", None, "summa", 1501, False, 0.013788),  # -5.1 %
+    ("system-b", 4, 8192, 8192, 8192, "float64", None, "summa", 2048, False, 0.011678),  # +10.2 %
+    ("system-b", 4, 4096, 4096, 4096, "float64", 1, "summa", 2048, False, 0.026801),  # +8.5 %
+    ("system-b", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, False, 0.050834),  # +10.1 %
+    ("system-b", 8, 16384, 16384, 16384, "float64", None, "summa", 2048, False, 0.09698),  # +2.6 %
+    ("system-b", 8, 6001, 4099, 3001, "float32", 1, "summa", 750, False, 0.016003),  # +6.3 %
+    ("system-b", 8, 4096, 4096, 4096, "float64", 2, "summa", 1024, False, 0.030256),  # -19.7 %
+    ("system-b", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.056168),  # +0.0 %
+    ("system-b", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.05575),  # +0.8 %
 ]
 #: The rows still outside 15 % (docs/scaling.md says why): they must stay below 35 % until fixed.
-OPEN_1130 = {0, 12, 14, 15, 22, 29}
+OPEN_1130 = {0, 12, 14, 15, 22, 29, 38, 39, 46}
 
 
 def _machine_1130(kind):
