@@ -84,7 +84,8 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
             topo = engine.topo
             _check_bookkeeping(topo, engine, config)
             layout = engine.layout
-            say(f"{choice.ran} | grid {layout.grid}{_layers_note(choice)} | {layout.m}x{layout.k} @ "
+            # The line starts "grid RxC |" as it always has (job scripts and their tests wait for it).
+            say(f"grid {layout.grid}{_layers_note(choice)} | {choice.ran} | {layout.m}x{layout.k} @ "
                 f"{layout.k}x{layout.n} {config.dtype} | {backend.name} | panel {engine.panel}, "
                 f"{len(engine.plan)} step(s), prefetch {engine.prefetch} | balance {config.balance}")
             verify = _load_inputs(engine, config, sources, say)
