@@ -45,7 +45,7 @@ import numpy as np
 
 from .algorithms import Step, auto_panel, ring_depth, summa_plan
 from .config import RunConfig
-from .errors import InputError, agree, raised_everywhere
+from .errors import InputError, agree, collective, raised_everywhere
 from .gemm_orders import gemm_order, label, relaid
 from .layout import Layout, padded
 from .transport import PanelChannel
@@ -252,18 +252,14 @@ class Engine:
         """
         itemsize = self.dtype.itemsize
         members = comm.allgather(self.topo.rank)
-        channel, err = None, None
         try:
-            channel = PanelChannel(
-                comm, members, [vnodes[r] for r in members], self.backend,
-                block_elements * itemsize, panel_rows * self.panel * itemsize,
-                self.prefetch, cuda_aware,
-            )
-            self.channels.append(channel)
-        except Exception as exc:  # noqa: BLE001 - every rank learns of it
-            err = exc
-        try:
-            agree(self.topo.comm, err)
+            with collective(self.topo.comm):
+                channel = PanelChannel(
+                    comm, members, [vnodes[r] for r in members], self.backend,
+                    block_elements * itemsize, panel_rows * self.panel * itemsize,
+                    self.prefetch, cuda_aware,
+                )
+                self.channels.append(channel)
         except Exception:
             self.close()
             raise

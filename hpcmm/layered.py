@@ -36,7 +36,7 @@ from .algorithms import auto_panel, ring_depth
 from .algorithms.layers import LayeredLayout, Layers
 from .config import RunConfig
 from .engine import Engine, IterationTimes, device_need, memory_needed
-from .errors import InputError, agree, raised_everywhere
+from .errors import InputError, agree, collective, raised_everywhere
 from .gemm_orders import gemm_order, relaid
 from .layout import Grid
 from .topology import Topology
@@ -126,13 +126,9 @@ class LayeredEngine:
 
     def _stage(self, build) -> None:
         """Collective: run ``build``; a failure on any rank closes what was built and fails every rank."""
-        error = None
         try:
-            build()
-        except Exception as exc:  # noqa: BLE001 - every rank learns of it
-            error = exc
-        try:
-            agree(self.topo.comm, error)
+            with collective(self.topo.comm):
+                build()
         except Exception:
             self.close()
             raise
