@@ -79,16 +79,24 @@ def padded(extent: int, itemsize: int) -> int:
     odd leading dimension (a block of 2731 rows) sends it to slower fallback
     kernels.  ScaLAPACK's ``lld >= local rows`` is the same freedom: a block is
     stored with its columns ``padded(rows)`` elements apart, the padding never
-    read.  128 bytes (a cache line) is 16 float64 or 64 float16; the memory
-    it costs is at most 127 bytes per stored column or row.
+    read.  128 bytes (a cache line) is 16 float64 or 64 float16.
+
+    A thin block stays as it is: where the padding would add more than a
+    sixteenth of the extent (fewer than 240 float64 rows, 1008 float16), it
+    would multiply the block's memory and every panel's bytes (a block of 8
+    rows would take 16) for a GEMM too small for its kernels to matter.  So
+    padding costs at most 1/16 of the memory and traffic.
 
     Examples
     --------
-    >>> padded(2731, 8), padded(6001, 2), padded(4096, 8), padded(0, 8), padded(1, 16)
-    (2736, 6016, 4096, 0, 8)
+    >>> padded(2731, 8), padded(6001, 2), padded(4096, 8), padded(0, 8), padded(250, 8)
+    (2736, 6016, 4096, 0, 256)
+    >>> padded(8, 8), padded(1, 16), padded(100, 2)         # thin: left as they are
+    (8, 1, 100)
     """
     unit = ALIGN_BYTES // math.gcd(ALIGN_BYTES, itemsize)
-    return -(-extent // unit) * unit
+    aligned = -(-extent // unit) * unit
+    return aligned if 16 * (aligned - extent) <= extent else extent
 
 
 def block_range(n: int, parts: int, index: int) -> tuple[int, int]:

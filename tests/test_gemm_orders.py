@@ -219,15 +219,15 @@ def _engine(m, n, k, order, *, panel=3, prefetch=1, dtype="float64", seed=2):
 @pytest.mark.parametrize("order", ORDERS)
 def test_engine_product_in_every_order(order, prefetch, monkeypatch):
     """Uneven shape, panels of 3 (a last narrow one): C (poisoned with NaN first) is A·B, and every
-    GEMM got its panels in the orders asked for."""
-    topo, engine, a, b = _engine(13, 8, 11, order, prefetch=prefetch)
+    GEMM got its panels in the orders asked for; 250 rows and 245 columns are stored 256 apart."""
+    topo, engine, a, b = _engine(250, 245, 11, order, prefetch=prefetch)
     seen = []
     gemm = CpuBackend.gemm
 
     lds = set()
 
     def recording(self, a_panel, b_panel, c, *args, **kwargs):
-        # m = 13, n = 8 and panels of 2 or 3: each panel is in one order only.
+        # m = 250, n = 245 and panels of 2 or 3: each panel is in one order only.
         (a_order, a_ld), = orders(a_panel).items()
         (b_order, b_ld), = orders(b_panel).items()
         seen.append(a_order + b_order)
@@ -243,7 +243,9 @@ def test_engine_product_in_every_order(order, prefetch, monkeypatch):
             assert np.isfinite(c).all()
             np.testing.assert_allclose(c, a @ b, rtol=0, atol=1e-13)
         assert seen == [order] * 2 * len(engine.plan)
-        assert lds == {16}  # every leading dimension padded to 128 bytes (the scratch's too)
+        # Blocks padded to 128 bytes (256 float64); a re-layout scratch has lines of the step's
+        # width, 3 or 2, too thin to pad (layout.padded).
+        assert lds == {256} | ({2, 3} if order != STORED else set())
         assert engine.gemm_order == order and engine.gemm_order_label == label(order)
         used = [(x is not None, y is not None) for x, y in engine.scratch]
         assert used == [relaid(order)] * (prefetch + 1)
@@ -271,21 +273,23 @@ def test_memory_figure_grows_by_the_scratch_exactly_when_a_relayout_is_needed(or
         topo.close()
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float16"])
-def test_memory_figure_counts_the_padding_exactly(dtype):
-    """13 × 8 blocks, k = 11: A's columns and B's and C's rows take 128 bytes each (16 float64, 64 float16)."""
-    m, n, k, panel, prefetch = 13, 8, 11, 3, 1
+@pytest.mark.parametrize("dtype, m, n, ld", [("float64", 250, 245, 256), ("float16", 1010, 1001, 1024),
+                                            ("float64", 13, 8, None)])
+def test_memory_figure_counts_the_padding_exactly(dtype, m, n, ld):
+    """A's columns and B's and C's rows take a multiple of 128 bytes (256 float64, 1024 float16 here);
+    a thin block (13 × 8) is stored as it is."""
+    k, panel, prefetch = 11, 3, 1
     topo, engine, a, b = _engine(m, n, k, "FC", panel=panel, prefetch=prefetch, dtype=dtype)
     try:
         item = np.dtype(dtype).itemsize
-        ld = 128 // item
-        assert (engine.ld_a, engine.ld_b, engine.ld_c) == (ld, ld, ld)
+        ld_a, ld_b = (ld, ld) if ld else (m, n)
+        assert (engine.ld_a, engine.ld_b, engine.ld_c) == (ld_a, ld_b, ld_b)
         ring = engine.slots_per_operand()
-        expected = (ld * k + k * ld + m * ld + ring * panel * (ld + ld)) * item
+        expected = (ld_a * k + k * ld_b + m * ld_b + ring * panel * (ld_a + ld_b)) * item
         assert memory_needed(engine.layout, 0, item, panel, ring) == engine.needed_bytes() == expected
         # What the engine holds: the padded blocks, C's padded storage.
-        assert engine.row.block.nbytes == ld * k * item and engine.col.block.nbytes == k * ld * item
-        assert engine.C.base.nbytes == m * ld * item
+        assert engine.row.block.nbytes == ld_a * k * item and engine.col.block.nbytes == k * ld_b * item
+        assert (engine.C.base if engine.C.base is not None else engine.C).nbytes == m * ld_b * item
         # The logical views keep their shapes.
         assert engine.A.shape == (m, k) and engine.B.shape == (k, n) and engine.C.shape == (m, n)
         np.testing.assert_array_equal(np.asarray(engine.A), a.astype(dtype))

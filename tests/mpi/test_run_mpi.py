@@ -228,8 +228,9 @@ def test_every_gemm_order(mpi_tmp_path, order, prefetch):
 @pytest.mark.parametrize("prefetch", [0, 1])
 @pytest.mark.parametrize("order", ORDERS)
 def test_blocks_with_and_without_padding(mpi_tmp_path, order, prefetch):
-    """Local extents that are whole cache lines (16 float64: stored unpadded) beside ones that are not."""
-    m, n, k = 16 * P, 16 * P + 3, 3 * P + 2
+    """Local extents that are whole cache lines (multiples of 16 float64: stored unpadded) beside ones
+    that are not (padded: at least 240 float64, layout.padded), and a thin k."""
+    m, n, k = 256 * P, 256 * P + 3, 3 * P + 2
     run_and_compare(mpi_tmp_path, m=m, n=n, k=k, panel=4, prefetch=prefetch, gemm_order=order)
 
 
