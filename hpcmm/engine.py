@@ -146,7 +146,8 @@ class Engine:
         fit in memory.
     """
 
-    def __init__(self, topo, backend, layout: Layout, config: RunConfig, cuda_aware: bool) -> None:
+    def __init__(self, topo, backend, layout: Layout, config: RunConfig, cuda_aware: bool,
+                 c_storage=None) -> None:
         self.topo, self.backend, self.layout = topo, backend, layout
         self.dtype = np.dtype(config.dtype)
         self.tf32, self.record_timeline = config.tf32, config.timeline
@@ -180,10 +181,15 @@ class Engine:
         # A, B and C are views of their logical shapes; the padding past them is never read.
         self.A = self._typed(self.row.block, (self.ld_a, self.a_shape[1]), order="F")[: self.m_loc]
         self.B = self._typed(self.col.block, (self.b_shape[0], self.ld_b), order="C")[:, : self.n_loc]
-        c_storage = backend.empty((self.m_loc, self.ld_c), self.dtype)
-        backend.poison(c_storage)
-        self.C = c_storage[:, : self.n_loc]
-        self.scratch = self._relayout_scratch()
+        # This rank's own allocations may fail alone (out of memory): the channels are built on
+        # every rank, so every rank must learn of it and close them together.
+        try:
+            with collective(topo.comm):
+                self.C = self._c_block(c_storage)
+                self.scratch = self._relayout_scratch()
+        except Exception:
+            self.close()
+            raise
         #: Bytes of the last product by (source world rank, this rank, path).
         self.bytes_by_pair: collections.Counter = collections.Counter()
 
@@ -264,6 +270,21 @@ class Engine:
             self.close()
             raise
         return channel
+
+    def _c_block(self, storage):
+        """C of the logical shape, a view of ``(m_loc, ld_c)`` storage poisoned with NaN.
+
+        ``storage`` is allocated here unless the caller passes its own (the 2.5D
+        reduction's partial block, which its fiber peers read): then it must
+        have that shape and the run's type, and its owner poisons it.
+        """
+        if storage is None:
+            storage = self.backend.empty((self.m_loc, self.ld_c), self.dtype)
+            self.backend.poison(storage)
+        elif tuple(storage.shape) != (self.m_loc, self.ld_c) or storage.dtype != self.dtype:
+            raise ValueError(f"C storage of shape {tuple(storage.shape)} {storage.dtype}: the engine needs "
+                             f"({self.m_loc}, {self.ld_c}) {self.dtype}")
+        return storage[:, : self.n_loc]
 
     def _typed(self, raw, shape, order):
         count = int(np.prod(shape))

@@ -62,6 +62,15 @@ def _describe(exc: BaseException) -> tuple[str, str, int]:
 _KINDS = {cls.__name__: cls for cls in (HpcmmError, InputError, OutputError, VerificationError)}
 
 
+def _job_rank(comm) -> int:
+    """This process's rank in ``MPI.COMM_WORLD`` (0 without MPI)."""
+    if comm is None:
+        return 0
+    from mpi4py import MPI  # noqa: PLC0415 - only where a communicator exists
+
+    return MPI.COMM_WORLD.Get_rank()
+
+
 def agree(comm, exc: BaseException | None) -> None:
     """Raise the same error on every rank if any rank passes one.
 
@@ -82,20 +91,25 @@ def agree(comm, exc: BaseException | None) -> None:
     HpcmmError
         On every rank, when any rank passed an error.
     """
-    mine = None if exc is None else _describe(exc)
+    mine = None
+    if exc is not None:
+        # Name the process by its rank in the job (what mpiexec and the logs show), not in ``comm``;
+        # an error already agreed on a smaller communicator keeps the rank it named.
+        origin = getattr(exc, "origin", None)
+        mine = (*_describe(exc), _job_rank(comm) if origin is None else origin, origin is not None)
     everyone = [mine] if comm is None else comm.allgather(mine)
-    failed = [(rank, err) for rank, err in enumerate(everyone) if err is not None]
+    failed = [err for err in everyone if err is not None]
     if not failed:
         return
-    rank, (kind, message, code) = failed[0]
-    same_everywhere = len(failed) == len(everyone) and all(
-        err[1] == message for _, err in failed
-    )
-    if not same_everywhere and len(everyone) > 1:
-        message = f"{message} (raised by rank {rank})"
+    kind, message, code, origin, named = failed[0]
+    same_everywhere = len(failed) == len(everyone) and all(err[1] == message for err in failed)
+    if not same_everywhere and len(everyone) > 1 and not named:
+        message = f"{message} (raised by rank {origin})"
     error = _KINDS.get(kind, HpcmmError)(message)
     error.exit_code = code
     error.agreed = True
+    if named or (not same_everywhere and len(everyone) > 1):
+        error.origin = origin
     if exc is not None and error.__cause__ is None:
         raise error from exc
     raise error

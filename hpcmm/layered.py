@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from time import perf_counter
 
 import numpy as np
 from mpi4py import MPI
@@ -38,7 +39,7 @@ from .config import RunConfig
 from .engine import Engine, IterationTimes, device_need, memory_needed
 from .errors import InputError, agree, collective, raised_everywhere
 from .gemm_orders import gemm_order, relaid
-from .layout import Grid
+from .layout import Grid, block_range, padded
 from .topology import Topology
 from .transport.reduce import FiberReduction
 
@@ -99,6 +100,11 @@ class LayeredEngine:
         self.panel = config.panel if config.panel is not None else min(
             auto_panel(self.layout.layer_layout(layer), self.dtype.itemsize, backend.on_gpu)
             for layer in range(layers.count))
+        narrowest = min(self.layout.layer_layout(layer).k for layer in range(layers.count))
+        if self.panel > narrowest:  # the same verdict on every rank; said before the layer engines say less
+            agree(topo.comm, InputError(
+                f"{config.origin('panel')}={self.panel}: wider than the k of a 2.5d layer (k={k} over "
+                f"{layers.count} layers: {narrowest} for the narrowest)"))
         layer_config = config.replace(
             panel=self.panel, grid=None,
             ranks_per_node=layers.per_layer if config.ranks_per_node is not None else None)
@@ -116,10 +122,10 @@ class LayeredEngine:
         # its layer waiting in the engine's collectives.
         self._stage(lambda: setattr(self, "reduction", FiberReduction(
             self.fiber, backend, self.layout.local_shapes_partial(topo.rank), self.dtype)))
+        # The engine multiplies into the partial block its fiber peers read (stored as it stores C).
         self._stage(lambda: setattr(self, "engine", Engine(
-            self.layer_topo, backend, self.layout.layer_layout(self.layer), layer_config, cuda_aware)))
-        # The engine multiplies into the partial block its fiber peers read.
-        self.engine.C = self.reduction.partial
+            self.layer_topo, backend, self.layout.layer_layout(self.layer), layer_config, cuda_aware,
+            c_storage=self.reduction.storage)))
         self.plan = self.engine.plan
         #: Steps of the longest layer plan: every rank's step records are that long (zeros after its own).
         self.steps = topo.comm.allreduce(len(self.plan), op=MPI.MAX)
@@ -179,23 +185,25 @@ class LayeredEngine:
 
     # -- memory -----------------------------------------------------------------
     def _scratch_bytes(self, rank: int) -> int:
+        """The reduction's scratch: up to two pieces of whole stored rows (:class:`FiberReduction`)."""
         (r0, r1), (c0, c1) = self.layout.partial_block(rank)
-        piece = -(-(r1 - r0) // self.layers.count) * (c1 - c0)
+        member = self.layers.fiber(rank).index(rank)
+        p0, p1 = block_range(r1 - r0, self.layers.count, member)
+        piece = (p1 - p0) * padded(c1 - c0, self.dtype.itemsize)
         return min(2, self.layers.count - 1) * piece * self.dtype.itemsize
 
     def needed_bytes(self) -> int:
         """This rank's blocks, panel rings, re-layout scratch, partial C and reduction scratch on its device.
 
-        The partial C is an allocation of its own (its peers open it over IPC)
-        beside the layer engine's C block, which :func:`memory_needed` counts.
+        The partial C is the layer engine's C block (:func:`memory_needed`
+        counts it), allocated by the reduction so that its fiber peers can read it.
         """
         layout = self.layout.layer_layout(self.layer)
-        ring = ring_depth(self.prefetch, spans_nodes=self.layers.count < self.layers.size)
+        # A layer's channels span nodes when the job has several (its ranks are one per node at most q).
+        ring = ring_depth(self.prefetch, spans_nodes=len(self.layers.nodes) > 1)
         relayout = tuple(self.prefetch + 1 if r else 0 for r in relaid(self.gemm_order))
-        (r0, r1), (c0, c1) = self.layout.partial_block(self.topo.rank)
-        partial = (r1 - r0) * (c1 - c0) * self.dtype.itemsize
         return memory_needed(layout, self.layer_rank, self.dtype.itemsize, self.panel, ring, relayout) \
-            + partial + self._scratch_bytes(self.topo.rank)
+            + self._scratch_bytes(self.topo.rank)
 
     def _check_memory(self) -> None:
         """Collective: every rank of a device counts, whatever its layer (:meth:`Engine._check_memory`'s rule)."""
@@ -223,12 +231,15 @@ class LayeredEngine:
         """One product: the layer's SUMMA into the partial block, then the fiber's reduce-scatter."""
         times = self.engine.multiply()
         reduce = self.reduction.reduce()
+        # The product ends when the reduction does: from the engine's start (host clock) to now, so
+        # that the host's work between the last GEMM and the reduction's start counts too.
+        seconds = perf_counter() - times.start
         steps = np.zeros((self.steps, times.steps.shape[1]))
         steps[: len(times.steps)] = times.steps
         host = np.zeros(self.steps)
         if times.host is not None:
             host[: len(times.host)] = times.host
-        return LayeredTimes(times.seconds + reduce, steps, times.timeline, times.start, host, reduce)
+        return LayeredTimes(seconds, steps, times.timeline, times.start, host, reduce)
 
     # -- tear-down ----------------------------------------------------------------
     def close(self) -> None:

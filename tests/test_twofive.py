@@ -9,7 +9,9 @@ import sys
 
 import numpy as np
 import pytest
+import ranklog
 from launcher import mpiexec_or_skip, run_launcher
+from ranklog import Part, hpcmm_argv
 from test_mpi_suite import suite_verdict
 
 from hpcmm.algo_choice import Placed, choose
@@ -162,17 +164,23 @@ def test_model_layers_cut_the_virtual_node():
                 algo="2.5d:4")
 
 
-def test_bad_algo_exits_2_before_any_work(tmp_path):
-    """A bad --algo ends the job with status 2 and one line, and no file."""
-    mpiexec = mpiexec_or_skip()
+@pytest.mark.parametrize("ranks, args, line", [
+    (2, ["--algo", "2.5d:3"], "hpcmm: error: --algo=2.5d:3: 3 layers must divide the 2 ranks of each node"),
+    (2, ["--algo", "2.5d:zero"], "hpcmm: error: argument --algo: --algo='2.5d:zero': expected"),
+    (4, ["--algo", "2.5d:2", "--k", "7", "--panel", "4"],
+     "hpcmm: error: --panel=4: wider than the k of a 2.5d layer (k=7 over 2 layers: 3 for the narrowest)"),
+])
+def test_bad_algo_exits_2_before_any_work(tmp_path, ranks, args, line):
+    """A bad --algo (or a panel wider than a layer's k) ends the job with status 2 and one line, and no file.
+
+    The verdict comes from each rank's own stderr (tests/ranklog.py), not from the launcher's mixed output.
+    """
     out = tmp_path / "never.h5"
-    for algo, line in (("2.5d:3", "hpcmm: error: --algo=2.5d:3: 3 layers must divide the 2 ranks of each node"),
-                       ("2.5d:zero", "hpcmm: error: argument --algo: --algo='2.5d:zero': expected")):
-        proc = run_launcher([mpiexec, "-n", "2", sys.executable, "-m", "hpcmm", "--device", "cpu", "--m", "16",
-                             "--ranks-per-node", "2", "--algo", algo, "--out", str(out)], 120)
-        assert proc.returncode == 2, proc.stdout[-4000:]
-        assert line in proc.stdout, proc.stdout[-4000:]
-        assert not out.exists()
+    argv = hpcmm_argv("--device", "cpu", "--quiet", "--m", "16", "--ranks-per-node", "2", *args, "--out", str(out))
+    o = ranklog.run([Part(argv, ranks=ranks)], tmp_path / "logs", tmp_path, 120)
+    assert o.rc == 2, o.describe()
+    assert o.the_line()[1].startswith(line), o.describe()
+    assert not out.exists()
 
 
 @pytest.mark.timeout(600)

@@ -23,6 +23,8 @@ import abc
 import numpy as np
 from mpi4py import MPI
 
+from ..errors import collective
+
 __all__ = ["IpcPeerMemory", "ShmPeerMemory", "PeerMemory"]
 
 
@@ -133,7 +135,16 @@ class IpcPeerMemory(PeerMemory):
         self.peer_events: list[list[int] | None] = []
 
     def allocate(self, nbytes: int):
-        self.memory, handle = self.backend.allocate_exported(nbytes)
+        # The allocation may fail on this rank alone (out of memory): agree before the exchange,
+        # so that no peer waits in the allgather for a handle that never comes.
+        try:
+            with collective(self.intra):
+                self.memory, handle = self.backend.allocate_exported(nbytes)
+        except Exception:
+            if self.memory is not None:  # a peer failed: give this rank's allocation back
+                self.backend.release_exported(self.memory)
+                self.memory = None
+            raise
         handles = self.intra.allgather(handle)
         me = self.intra.Get_rank()
         self.peer_ptrs = []

@@ -27,7 +27,8 @@ from time import perf_counter
 
 import numpy as np
 
-from ..layout import block_range
+from ..errors import collective
+from ..layout import block_range, padded
 from .ipc import IpcPeerMemory, ShmPeerMemory
 
 __all__ = ["FiberReduction"]
@@ -63,17 +64,30 @@ class FiberReduction:
         rows, cols = self.shape
         self.pieces = [block_range(rows, self.count, j) for j in range(self.count)]
         self.rows = self.pieces[self.member]
-        self.row_bytes = cols * self.dtype.itemsize
+        #: Rows stored ``ld`` elements apart, as the engine stores C (:func:`~hpcmm.layout.padded`):
+        #: the layer's GEMM writes into this block, and a piece is whole stored rows, one contiguous pull.
+        self.ld = padded(cols, self.dtype.itemsize)
+        self.row_bytes = self.ld * self.dtype.itemsize
         self.peers = (IpcPeerMemory if backend.on_gpu else ShmPeerMemory)(fiber, backend)
-        raw = self.peers.allocate(rows * self.row_bytes)
-        count = rows * cols
-        flat = raw.view(self.dtype)[:count] if count else raw[:0].view(self.dtype)
-        self.partial = flat.reshape(self.shape)
-        backend.poison(self.partial)
-        piece_rows = self.rows[1] - self.rows[0]
-        slots = min(2, self.count - 1)
-        self.scratch = [backend.empty((piece_rows, cols), self.dtype) for _ in range(slots)]
+        self.scratch = []
         self.closed = False
+        raw = self.peers.allocate(rows * self.row_bytes)  # collective over the fiber, agreed inside
+        # What follows may fail on this rank alone (out of memory): the fiber learns of it, and its
+        # members close the shared block together.
+        try:
+            with collective(fiber):
+                count = rows * self.ld
+                flat = raw.view(self.dtype)[:count] if count else raw[:0].view(self.dtype)
+                #: The partial block's storage, ``(rows, ld)``: what the layer's engine multiplies into.
+                self.storage = flat.reshape((rows, self.ld))
+                self.partial = self.storage[:, :cols]
+                backend.poison(self.storage)
+                piece_rows = self.rows[1] - self.rows[0]
+                self.scratch = [backend.empty((piece_rows, self.ld), self.dtype)
+                                for _ in range(min(2, self.count - 1))]
+        except Exception:
+            self.close()
+            raise
 
     def piece(self) -> object:
         """This member's piece of the partial block (its piece of C once :meth:`reduce` returned)."""
@@ -94,7 +108,8 @@ class FiberReduction:
         backend.synchronize()
         self.fiber.Barrier()  # every member's partial block is complete
         mine = self.piece()
-        nbytes = mine.size * self.dtype.itemsize
+        cols = self.shape[1]
+        nbytes = (self.rows[1] - self.rows[0]) * self.row_bytes if mine.size else 0
         if nbytes:
             offset = self.rows[0] * self.row_bytes
             added = [None] * len(self.scratch)
@@ -107,7 +122,7 @@ class FiberReduction:
                                 stream=backend.comm_stream)
                 pulled = backend.event(backend.comm_stream)
                 backend.wait(backend.compute_stream, pulled)
-                self._add(mine, scratch)
+                self._add(mine, scratch[:, :cols])
                 added[slot] = backend.event(backend.compute_stream)
         backend.synchronize()
         self.fiber.Barrier()  # no member overwrites its partial block while a peer still reads it
@@ -127,6 +142,6 @@ class FiberReduction:
             return
         self.closed = True
         self.backend.synchronize()
-        self.partial = None
+        self.partial = self.storage = None
         self.scratch = []
         self.peers.close()
