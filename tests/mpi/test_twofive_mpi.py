@@ -158,3 +158,31 @@ def test_auto_runs_what_the_model_picks(mpi_tmp_path):
             assert str(attrs["algo"]) == expected
 
     on_rank0(check)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["reduction", "engine"])
+def test_one_rank_out_of_memory_at_set_up_fails_every_rank(mpi_tmp_path, where, monkeypatch):
+    """The last rank's allocation fails alone while 2.5D builds (the reduction's partial block, or the
+    layer engine's re-layout scratch, after the channels exist): every rank ends with the same error
+    naming that rank, and none waits in a collective."""
+    if P % 2:
+        pytest.skip("2 layers need nodes of an even number of ranks")
+    from hpcmm.backend import CpuBackend
+    from hpcmm.engine import Engine
+
+    def out_of_memory(real):
+        def call(self, *args, **kwargs):
+            if RANK == P - 1:
+                raise MemoryError("out of memory (test)")
+            return real(self, *args, **kwargs)
+        return call
+
+    if where == "reduction":  # the first poison of a 2.5D run is the reduction's partial block
+        monkeypatch.setattr(CpuBackend, "poison", out_of_memory(CpuBackend.poison))
+    else:
+        monkeypatch.setattr(Engine, "_relayout_scratch", out_of_memory(Engine._relayout_scratch))
+    cfg = config(mpi_tmp_path, m=16, n=12, k=10, ranks_per_node=2, algo="2.5d:2", verify="none")
+    message = raised_everywhere(lambda: hpcmm.run(cfg, comm=COMM, write=False), hpcmm.errors.HpcmmError)
+    assert message == f"MemoryError: out of memory (test) (raised by rank {P - 1})", message
