@@ -47,6 +47,7 @@ import numpy as np
 
 from .algorithms import auto_panel, ring_depth, summa_plan
 from .errors import InputError
+from .gemm_orders import gemm_order, relaid
 from .layout import Grid, Layout, padded
 from .summary import product_flops
 
@@ -776,8 +777,12 @@ def _split_relay(ro, nbytes, t, free, new_host, new_stream, rdy, nic_bytes, byte
     np.add.at(nic_bytes, pl.nic[remote], piece[remote])
 
 
-def memory_bytes(problem: Problem, grid: Grid, panel: int, ring: int) -> int:
-    """Device bytes of the busiest rank: blocks and panel ring (``engine.memory_needed``'s rule)."""
+def memory_bytes(problem: Problem, grid: Grid, panel: int, ring: int, relayout: tuple[int, int] = (0, 0)) -> int:
+    """Device bytes of the busiest rank: blocks, panel ring and re-layout scratch (``engine.memory_needed``'s rule).
+
+    ``relayout``: the scratch slots of A's and B's panels where the GEMM takes
+    them in the other order (the engine's ring, ``prefetch + 1``), else 0.
+    """
     layout = Layout(problem.m, problem.n, problem.k, grid)
     m_loc = layout.extent(layout.rows(0))
     n_loc = layout.extent(layout.cols(0))
@@ -785,12 +790,16 @@ def memory_bytes(problem: Problem, grid: Grid, panel: int, ring: int) -> int:
     # Stored columns of A and rows of B and C are padded to 128 bytes (layout.padded), as the engine stores them.
     ld_a, ld_bc = padded(m_loc, problem.itemsize), padded(n_loc, problem.itemsize)
     blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
-    return (blocks + ring * panel * (ld_a + ld_bc)) * problem.itemsize
+    scratch = padded(panel, problem.itemsize) * (relayout[0] * m_loc + relayout[1] * n_loc)
+    return (blocks + ring * panel * (ld_a + ld_bc) + scratch) * problem.itemsize
 
 
 def _fits(problem, grid, panel, prefetch, machine, sharers: int, extra: int = 0) -> bool:
     ring = ring_depth(prefetch, spans_nodes=True)  # the deepest a channel keeps
-    need = (memory_bytes(problem, grid, panel, ring) + extra) * sharers
+    # The GEMM orders of a GPU run of this type (tf32 re-lays its A panels out: gemm_orders).
+    order = gemm_order("float32", tf32=True) if problem.dtype == "tf32" else gemm_order(problem.dtype)
+    relayout = tuple(prefetch + 1 if r else 0 for r in relaid(order))
+    need = (memory_bytes(problem, grid, panel, ring, relayout) + extra) * sharers
     return need <= machine.memory_gib * 2**30
 
 

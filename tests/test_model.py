@@ -175,6 +175,10 @@ def test_memory_rule_is_the_engines():
     for shape, grid in [((1001, 999, 1003), Grid(2, 2)), ((4096, 300, 77), Grid(3, 1)), ((8, 9, 10), Grid(1, 4))]:
         layout = Layout(*shape, grid)
         assert model.memory_bytes(Problem(*shape), grid, 64, 3) == memory_needed(layout, 0, 8, 64, 3)
+        # with re-laid-out panels (tf32's A, or an HPCMM_GEMM_ORDER override): the scratch too
+        for relayout in [(2, 0), (0, 2), (3, 3)]:
+            assert model.memory_bytes(Problem(*shape), grid, 64, 3, relayout) == \
+                memory_needed(layout, 0, 8, 64, 3, relayout)
 
 
 def test_gemm_curve_properties():
