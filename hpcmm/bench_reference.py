@@ -14,7 +14,9 @@ the fastest:
   ``cublasGemmEx`` on GPUs) on the whole product, with A and B in the orders
   the run's GEMM takes for the case's type (:mod:`hpcmm.gemm_orders`: the
   table on GPUs, as stored on CPUs, ``HPCMM_GEMM_ORDER`` where set), which
-  its name says;
+  its name says; its operands are laid out in those orders before the clock
+  starts, so it times the GEMM alone, not the re-layout a distributed run
+  pays for panels that arrive in the stored order (tf32);
 * ``hpcmm 1 rank``: where the benchmark itself runs one rank on one device,
   hpcmm's own product is a candidate too (a run at one rank per GPU is what
   ``mpiexec -n 1 python -m hpcmm bench`` measures; a run at more ranks does
