@@ -100,6 +100,30 @@ MUTATIONS = {
         "comm = comm.Split(0, launch_rank)",
         ["tests/test_mpi_suite.py::test_mpi_suite[4]"],
     ),
+    "panel offset without the padding": (
+        "hpcmm/engine.py",
+        "            a = self.row.fetch(step.a_root, step.a_offset * self.ld_a * itemsize,",
+        "            a = self.row.fetch(step.a_root, step.a_offset * self.m_loc * itemsize,",
+        ["tests/test_gemm_orders.py"],
+    ),
+    "2.5d layers all multiply the first k range": (
+        "hpcmm/algorithms/layers.py",
+        "        return block_range(k, self.count, layer)\n",
+        "        return block_range(k, self.count, 0)\n",
+        ["tests/test_twofive.py"],
+    ),
+    "2.5d reduction pulls every peer's first piece": (
+        "hpcmm/transport/reduce.py",
+        "            offset = self.rows[0] * self.row_bytes\n",
+        "            offset = 0\n",
+        ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
+    ),
+    "re-layout taken for any gain": (
+        "hpcmm/gemm_orders.py",
+        "MIN_GAIN = 0.15",
+        "MIN_GAIN = 0.0",
+        ["tests/test_gemm_orders.py"],
+    ),
 }
 
 
