@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .config import BALANCE_MODES, DEFAULT_BALANCE
 from .errors import collective
 from .summary import product_flops
 
@@ -57,10 +58,8 @@ __all__ = [
     "weights_for",
 ]
 
-#: Values of ``--balance``.
-MODES = ("share", "measured", "none")
-#: The mode used when none is given.
-DEFAULT_MODE = "share"
+#: Values of ``--balance``, and the mode used when none is given (defined in :mod:`hpcmm.config`).
+MODES, DEFAULT_MODE = BALANCE_MODES, DEFAULT_BALANCE
 
 
 class Device(NamedTuple):

@@ -15,13 +15,17 @@ import os
 import re
 from collections.abc import Callable, Mapping
 
-from .balance import DEFAULT_MODE as DEFAULT_BALANCE
-from .balance import MODES as BALANCE_MODES
 from .errors import InputError
 from .gemm_orders import AUTO as GEMM_ORDER_AUTO
 from .gemm_orders import ORDERS as GEMM_ORDERS
 from .gemm_orders import parse_order
 from .algorithms.layers import parse_algo
+
+#: Values of ``--balance`` (:mod:`hpcmm.balance`; kept here, where no module imports numpy, so that
+#: ``import hpcmm`` stays light and ``python -m hpcmm`` blocks signals before any thread exists).
+BALANCE_MODES = ("share", "measured", "none")
+#: The balance used when none is given.
+DEFAULT_BALANCE = "share"
 
 __all__ = [
     "BALANCE_MODES",

@@ -21,7 +21,7 @@ HOW: ``raise`` (``RuntimeError``), ``input`` (hpcmm's ``InputError``, raised on
 this rank alone), ``enospc`` (``OSError`` "No space left on
 device"), ``import`` (``ImportError``), ``exit`` (``SystemExit(3)``),
 ``interrupt`` (``KeyboardInterrupt``), ``hang`` (sleep until a signal ends
-the process), ``hang-after`` (``write`` and ``publish`` only: do it, then
+the process; with ``HOLD_MARK`` set, create that file first), ``hang-after`` (``write`` and ``publish`` only: do it, then
 hang; after ``write`` the temporary file is complete and unpublished),
 ``corrupt`` (``verify`` only: add 100 to this rank's first element of C, then
 check).
@@ -76,6 +76,8 @@ def _strike(where: str, how: str):
     if how == "interrupt":
         raise KeyboardInterrupt
     if how == "hang":
+        if os.environ.get("HOLD_MARK"):  # tell a waiting test that this rank is held here
+            open(os.environ["HOLD_MARK"], "w").close()
         while True:
             time.sleep(1.0)
     raise AssertionError(how)

@@ -475,9 +475,25 @@ SIGNALS = [
     ("SIGINT-to-rank-1-in-start-up", "rank 1", signal.SIGINT, 130, "hpcmm: rank 1: stopped by SIGINT; no results written", 1),
     ("SIGTERM-to-rank-0-in-start-up", "rank 0", signal.SIGTERM, 143, "hpcmm: rank 0: stopped by SIGTERM; no results written", 0),
     ("SIGINT-to-mpiexec-in-start-up", "mpiexec", signal.SIGINT, 130, "hpcmm: stopped by SIGINT; no results written", 0),
-    ("SIGTERM-to-rank-1-in-MPI_Init", "rank 1 init", signal.SIGTERM, 143,
+    # Rank 1 held after MPI_Init, before the entry point (tests/fault_runner.py --fault 1:start:hang).
+    ("SIGTERM-to-rank-1-before-main", "rank 1 start", signal.SIGTERM, 143,
      "hpcmm: rank 1: stopped by SIGTERM during start-up; no results written", 1),
+    # Rank 1 started while rank 0 still sleeps before MPI_Init: whether rank 1's MPI_Init waits for
+    # rank 0 is the MPI's choice (MPICH may return at once), so rank 1 is in start-up or already in
+    # its first collective; either way it must end with its line and 143, and say nothing was written.
+    ("SIGTERM-to-rank-1-in-MPI_Init", "rank 1 init", signal.SIGTERM, 143,
+     "hpcmm: rank 1: stopped by SIGTERM", 1),
 ]
+
+
+def _signals_blocked(pid: int, sig: int) -> bool:
+    """Whether ``pid``'s main thread blocks ``sig`` (/proc: hpcmm has reached its first line)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    masks = [line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")]
+    return bool(masks) and bool(int(masks[0], 16) >> (sig - 1) & 1)
 
 
 @pytest.mark.timeout(120)
@@ -489,8 +505,10 @@ def test_signal_during_start_up(target, sig, status, line, rank, tmp_path, held)
     argv = hpcmm_argv(*SMALL, "--out", str(out))
     repo = str(ranklog.REPO)
     if target == "rank 1 init":
-        # Rank 0 sleeps in its interpreter's start-up: rank 1 waits inside MPI_Init meanwhile.
+        # Rank 0 sleeps in its interpreter's start-up, before MPI_Init.
         parts = [Part(argv, env={"PYTHONPATH": f"{held / 'slowsite'}{os.pathsep}{repo}"}), Part(argv)]
+    elif target == "rank 1 start":
+        parts = [Part(argv), Part(runner_argv(["1:start:hang"], *SMALL, "--out", str(out)))]
     else:
         # The held rank's h5py import (after MPI started, before any results) never ends.
         holder = {"PYTHONPATH": f"{held}{os.pathsep}{repo}"}
@@ -502,15 +520,20 @@ def test_signal_during_start_up(target, sig, status, line, rank, tmp_path, held)
         while not mark.exists():
             assert job.proc.poll() is None and time.monotonic() < deadline, "the rank never got to its hold"
             time.sleep(0.02)
-        if target == "rank 1 init":
-            time.sleep(0.5)  # rank 1 is inside MPI_Init by now
         pid = job.proc.pid if target == "mpiexec" else job.rank_pid(int(target.split()[1]))
+        if target == "rank 1 init":
+            # Not a fixed sleep: under load rank 1 may not have reached hpcmm's first line yet, and a
+            # signal before it ends the process without a word. Wait until hpcmm blocks the signal.
+            while not _signals_blocked(pid, sig):
+                assert job.proc.poll() is None and time.monotonic() < deadline, "rank 1 never blocked signals"
+                time.sleep(0.01)
         os.kill(pid, sig)
         o = job.wait(END_WITHIN)
     finally:
         job.kill()
     SLOWEST[f"signal {target} {signal.Signals(sig).name}"] = o.seconds
     _check_end(o, status, line, rank, out, {})
+    assert o.the_line()[1].endswith("; no results written"), o.describe()
 
 
 @pytest.mark.timeout(120)
@@ -648,3 +671,19 @@ print("blocked" if worker.is_alive() and not made else f"made {{made}}")
                           cwd=ranklog.REPO)
     assert proc.stdout.strip() == "blocked", proc.stdout + proc.stderr
     assert partials(tmp_path) == []
+
+
+def test_python_m_hpcmm_imports_nothing_heavy_before_it_blocks_signals():
+    """``import hpcmm`` and ``hpcmm.__main__`` load only the standard library and hpcmm's light modules.
+
+    ``python -m hpcmm`` runs the package's ``__init__`` before :func:`hpcmm.startup.launch` blocks
+    SIGTERM/SIGINT; numpy (whose BLAS starts threads when it loads), mpi4py, h5py or cupy imported
+    there would start threads that do not block the signals, and a signal taken by one of them ends
+    the rank without a word.
+    """
+    heavy = ("numpy", "mpi4py", "h5py", "cupy", "threadpoolctl", "ml_dtypes", "rich", "matplotlib")
+    code = ("import sys, threading, hpcmm, hpcmm.__main__; "
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules), threading.active_count())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=ranklog.REPO, check=True).stdout.split("\n")[0]
+    assert out == "[] 1", out
