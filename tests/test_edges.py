@@ -28,7 +28,7 @@ import h5py
 import numpy as np
 import pytest
 import ranklog
-from ranklog import Part, digest, hpcmm_argv, partials, runner_argv
+from ranklog import Part, digest, hpcmm_argv, is_hydra, partials, runner_argv
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -59,9 +59,20 @@ def inputs(tmp_path_factory) -> Path:
     return d
 
 
+#: What MPICH's mpiexec (hydra) sometimes reports when one rank ends by itself with a status and hydra
+#: then kills the others with SIGKILL: 9, the others' signal, not the rank's status. Measured with a
+#: plain mpi4py program (rank 1 os._exit(130) while rank 0 waits in a barrier): 130 in 18 of 20
+#: launches, 9 in 2. The launcher's choice, not hpcmm's: hpcmm's rank ends with its own status.
+HYDRA_KILLED_OTHERS = 9
+
+
 def _check_end(o: ranklog.Outcome, status: int, line: str, rank: int | None, out: Path | None,
-               before: dict[str, str]) -> None:
-    assert o.rc == status, o.describe()
+               before: dict[str, str], alone: bool = False) -> None:
+    """``alone``: one rank ended by itself and the launcher killed the rest (see HYDRA_KILLED_OTHERS)."""
+    if alone and o.rc == HYDRA_KILLED_OTHERS:
+        assert is_hydra(ranklog.mpiexec()), o.describe()
+    else:
+        assert o.rc == status, o.describe()
     assert o.seconds < END_WITHIN, o.describe()
     if line is not None:
         who, text = o.the_line()
@@ -532,7 +543,7 @@ def test_signal_during_start_up(target, sig, status, line, rank, tmp_path, held)
     finally:
         job.kill()
     SLOWEST[f"signal {target} {signal.Signals(sig).name}"] = o.seconds
-    _check_end(o, status, line, rank, out, {})
+    _check_end(o, status, line, rank, out, {}, alone=target != "mpiexec")
     assert o.the_line()[1].endswith("; no results written"), o.describe()
 
 
@@ -551,7 +562,8 @@ def test_signal_after_the_file_is_published_says_so(tmp_path):
         o = job.wait(END_WITHIN)
     finally:
         job.kill()
-    _check_end(o, 143, f"hpcmm: rank 0: stopped by SIGTERM; the results were written to {out}", 0, None, {})
+    _check_end(o, 143, f"hpcmm: rank 0: stopped by SIGTERM; the results were written to {out}", 0, None, {},
+               alone=True)
     with h5py.File(out, "r") as f:
         assert bool(f["summary"].attrs["verified"])
     assert partials(tmp_path) == []
