@@ -20,7 +20,8 @@ from hpcmm.errors import InputError, VerificationError
 
 #: (ranks per node, layers) at each rank count these tests run with.
 CASES = [(1, 1), (2, 1), (2, 2), (4, 2), (4, 4)]
-SHAPES = [(37, 29, 41), (101, 67, 53)]
+#: The last has partial blocks of 250 or more columns, stored padded (layout.padded).
+SHAPES = [(37, 29, 41), (101, 67, 53), (41, 501, 23)]
 
 
 def fits(rpn: int, layers: int) -> bool:
