@@ -50,7 +50,7 @@ from .gemm_orders import gemm_order, label, relaid
 from .layout import Layout, padded
 from .transport import PanelChannel
 
-__all__ = ["Engine", "IterationTimes", "PHASES", "device_need", "memory_needed"]
+__all__ = ["Engine", "IterationTimes", "PHASES", "check_memory", "device_need", "memory_needed"]
 
 PHASES = ("gemm", "comm", "wait")
 STREAMS = ("compute", "comm")
@@ -115,6 +115,27 @@ def device_need(needs, device) -> tuple[int, int]:
     """
     together = [need for where, need in needs if where == device]
     return len(together), sum(together)
+
+
+def check_memory(topo, backend, needed: int, problem: str) -> int:
+    """Collective: refuse a problem whose ranks on one device need more than it has free.
+
+    Ranks that share a device share its memory, and with weighted blocks or
+    2.5D layers they need different amounts: the sum of their ``needed``
+    bytes must fit (on the CPU every rank of the node shares the host's
+    memory).  ``problem`` starts the message.  Returns that sum for this
+    rank's device.
+    """
+    device = backend.device_id if backend.on_gpu else None
+    ranks, total = device_need(topo.node_comm.allgather((device, needed)), device)
+    free, _ = backend.memory_info()
+    where = "device" if backend.on_gpu else "host"
+    err = None
+    if total > free:
+        err = InputError(f"{problem} does not fit: {ranks} rank(s) per {where} need {total / 2**30:.2f} GiB of "
+                         f"{where} memory, {free / 2**30:.2f} GiB available")
+    agree(topo.comm, err)
+    return total
 
 
 class Engine:
@@ -229,26 +250,10 @@ class Engine:
                  self.backend.empty((b_size,), self.dtype) if b_size else None) for _ in range(self.ring)]
 
     def _check_memory(self) -> None:
-        """Collective: refuse blocks that do not fit, counting every rank on this device.
-
-        Ranks that share a device share its memory, and with weighted blocks
-        they need different amounts: the sum of their needs must fit.  Sets
-        :attr:`device_bytes`, that sum.
-        """
-        backend, topo = self.backend, self.topo
-        # On the CPU every rank of the node shares the host's memory.
-        device = backend.device_id if backend.on_gpu else None
-        ranks, self.device_bytes = device_need(topo.node_comm.allgather((device, self.needed_bytes())), device)
-        free, _ = backend.memory_info()
-        where = "device" if backend.on_gpu else "host"
-        err = None
-        if self.device_bytes > free:
-            err = InputError(
-                f"problem m={self.layout.m}, n={self.layout.n}, k={self.layout.k} {self.dtype.name} "
-                f"does not fit: {ranks} rank(s) per {where} need {self.device_bytes / 2**30:.2f} GiB of "
-                f"{where} memory, {free / 2**30:.2f} GiB available"
-            )
-        agree(topo.comm, err)
+        """Collective: refuse blocks that do not fit (:func:`check_memory`); sets :attr:`device_bytes`."""
+        layout = self.layout
+        self.device_bytes = check_memory(self.topo, self.backend, self.needed_bytes(),
+                                         f"problem m={layout.m}, n={layout.n}, k={layout.k} {self.dtype.name}")
 
     def _channel(self, comm, vnodes, block_elements, panel_rows, cuda_aware) -> PanelChannel:
         """Collective: one operand's channel; a failure on any rank fails it on all.

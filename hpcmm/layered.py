@@ -36,12 +36,12 @@ from mpi4py import MPI
 from .algorithms import auto_panel, ring_depth
 from .algorithms.layers import LayeredLayout, Layers
 from .config import RunConfig
-from .engine import Engine, IterationTimes, device_need, memory_needed
+from .engine import Engine, IterationTimes, check_memory, memory_needed
 from .errors import InputError, agree, collective, raised_everywhere
 from .gemm_orders import gemm_order, relaid
-from .layout import Grid, block_range, padded
+from .layout import Grid
 from .topology import Topology
-from .transport.reduce import FiberReduction
+from .transport.reduce import FiberReduction, scratch_bytes
 
 __all__ = ["LayeredEngine", "LayeredTimes", "node_ranks"]
 
@@ -185,12 +185,10 @@ class LayeredEngine:
 
     # -- memory -----------------------------------------------------------------
     def _scratch_bytes(self, rank: int) -> int:
-        """The reduction's scratch: up to two pieces of whole stored rows (:class:`FiberReduction`)."""
-        (r0, r1), (c0, c1) = self.layout.partial_block(rank)
+        """The reduction's scratch on ``rank`` (:func:`~hpcmm.transport.reduce.scratch_bytes`)."""
         member = self.layers.fiber(rank).index(rank)
-        p0, p1 = block_range(r1 - r0, self.layers.count, member)
-        piece = (p1 - p0) * padded(c1 - c0, self.dtype.itemsize)
-        return min(2, self.layers.count - 1) * piece * self.dtype.itemsize
+        return scratch_bytes(self.layout.local_shapes_partial(rank), self.layers.count, member,
+                             self.dtype.itemsize)
 
     def needed_bytes(self) -> int:
         """This rank's blocks, panel rings, re-layout scratch, partial C and reduction scratch on its device.
@@ -206,20 +204,11 @@ class LayeredEngine:
             + self._scratch_bytes(self.topo.rank)
 
     def _check_memory(self) -> None:
-        """Collective: every rank of a device counts, whatever its layer (:meth:`Engine._check_memory`'s rule)."""
-        backend, topo = self.backend, self.topo
-        device = backend.device_id if backend.on_gpu else None
-        ranks, self.device_bytes = device_need(topo.node_comm.allgather((device, self.needed_bytes())), device)
-        free, _ = backend.memory_info()
-        where = "device" if backend.on_gpu else "host"
-        err = None
-        if self.device_bytes > free:
-            layout = self.layout
-            err = InputError(
-                f"problem m={layout.m}, n={layout.n}, k={layout.k} {self.dtype.name} with {self.layers.count} "
-                f"layers does not fit: {ranks} rank(s) per {where} need {self.device_bytes / 2**30:.2f} GiB of "
-                f"{where} memory, {free / 2**30:.2f} GiB available")
-        agree(topo.comm, err)
+        """Collective: every rank of a device counts, whatever its layer (:func:`check_memory`)."""
+        layout = self.layout
+        self.device_bytes = check_memory(
+            self.topo, self.backend, self.needed_bytes(),
+            f"problem m={layout.m}, n={layout.n}, k={layout.k} {self.dtype.name} with {self.layers.count} layers")
 
     # -- the work ---------------------------------------------------------------
     def load(self, a_host: np.ndarray, b_host: np.ndarray) -> None:

@@ -34,6 +34,16 @@ from .ipc import IpcPeerMemory, ShmPeerMemory
 __all__ = ["FiberReduction"]
 
 
+def scratch_bytes(shape: tuple[int, int], count: int, member: int, itemsize: int) -> int:
+    """Bytes of the scratch :class:`FiberReduction` allocates on fiber member ``member``.
+
+    Up to two pieces (pulls alternate between them), each the member's rows of
+    the ``shape`` partial block, stored ``padded`` apart as the block is.
+    """
+    r0, r1 = block_range(shape[0], count, member)
+    return min(2, count - 1) * (r1 - r0) * padded(shape[1], itemsize) * itemsize
+
+
 class FiberReduction:
     """One rank's side of its fiber's reduce-scatter; collective over the fiber at set-up and close.
 
