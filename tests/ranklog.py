@@ -191,8 +191,12 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def rank_of(pid: int) -> int | None:
-    """The rank a launcher gave ``pid`` (from its environment), if it is a Python rank."""
+def rank_of(pid: int, program: tuple[bytes, ...] = ()) -> int | None:
+    """The rank a launcher gave ``pid`` (from its environment), if it is a Python rank.
+
+    ``program``: where given, ``pid``'s command line must also hold one of these
+    words (e.g. ``b"hpcmm"``, the fault runner's path).
+    """
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             environ = f.read().split(b"\0")
@@ -201,6 +205,8 @@ def rank_of(pid: int) -> int | None:
     except OSError:
         return None
     if not cmdline or b"python" not in os.path.basename(cmdline[0]):
+        return None
+    if program and not any(word in cmdline for word in program):
         return None
     for entry in environ:
         for key in (b"PMI_RANK=", b"OMPI_COMM_WORLD_RANK="):

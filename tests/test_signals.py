@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from launcher import mpiexec_or_skip, quiet_environment
-from ranklog import RUNNER, descendants, runner_argv
+from ranklog import RUNNER, descendants, rank_of, runner_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 #: How long a job may take to end once a rank is gone or a signal is sent.
@@ -42,23 +42,6 @@ def _env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.update(extra)
     return env
-
-
-def _rank_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            environ = f.read().split(b"\0")
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read().split(b"\0")
-    except OSError:
-        return None
-    if b"hpcmm" not in cmdline and RUNNER.encode() not in cmdline:
-        return None
-    for entry in environ:
-        for key in (b"PMI_RANK=", b"OMPI_COMM_WORLD_RANK="):
-            if entry.startswith(key):
-                return int(entry[len(key):])
-    return None
 
 
 class Job:
@@ -89,7 +72,7 @@ class Job:
         while time.monotonic() < deadline:
             pids = {}
             for pid in descendants(self.proc.pid):
-                rank = _rank_of(pid)
+                rank = rank_of(pid, (b"hpcmm", RUNNER.encode()))
                 if rank is not None:
                     pids[rank] = pid
             if len(pids) == self.ranks:
