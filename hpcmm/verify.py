@@ -54,13 +54,16 @@ from . import dtypes  # noqa: F401 - numpy learns the name "bfloat16"
 from .errors import InputError
 
 __all__ = ["Check", "Product", "check_full_size", "detectable", "freivalds", "freivalds_tolerance", "full_check",
-           "sign_vectors", "tolerance", "FULL_CHECK_LIMIT"]
+           "sign_vectors", "tolerance", "underflow", "FULL_CHECK_LIMIT"]
 
 #: Bytes rank 0 may gather for ``--verify full`` (A, B, C and the reference, in float64).
 FULL_CHECK_LIMIT = 2 << 30
 
 #: Unit roundoff of each storage type (round to nearest).
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: Half the spacing of each type's subnormal numbers: the absolute error of one rounding whose result
+#: underflows (the model is ``fl(x) = x·(1 + δ) + η`` with ``|δ| ≤ u`` and ``|η|`` at most this).
+UNDERFLOW = {"float64": 2.0**-1075, "float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}
 #: TF32 keeps 10 bits of a float32 mantissa; 2⁻¹⁰ bounds truncation as well as rounding to nearest.
 TF32_INPUT = 2.0**-10
 #: Probability of a false alarm the tolerance allows (per product, under the error model).
@@ -131,6 +134,26 @@ def tolerance(dtype: str, k: int, steps: int, tf32: bool = False) -> float:
     """
     u_out, u_acc, u_in = _units(dtype, tf32)
     bound = 2.0 * (k * u_acc + (steps + 1) * u_out + 2.0 * u_in)
+    if str(dtype).startswith("complex"):
+        bound *= 2.0  # a complex product is four real ones
+    return bound
+
+
+def underflow(dtype: str, k: int, steps: int) -> float:
+    """The absolute part of the componentwise bound: ``|C − A·B| ≤ tolerance·|A|·|B| + underflow``.
+
+    The same roundings as :func:`tolerance` (``k`` accumulations, ``steps + 1``
+    stores of C), each off by up to :data:`UNDERFLOW` more where its result is
+    subnormal.  Only products with tiny elements feel it: float16 C elements
+    below 6.1e-5 are subnormal, and one of -5.1e-7 stored as -5.4e-7 is right
+    to the last bit of float16 while 5 % off.
+    """
+    real = _real(dtype)
+    if real not in UNDERFLOW:
+        raise InputError(f"dtype {dtype!r}: no rounding model (known: {', '.join(UNDERFLOW)})")
+    eta_out = UNDERFLOW[real]
+    eta_acc = UNDERFLOW["float32"] if UNIT_ROUNDOFF[real] > UNIT_ROUNDOFF["float32"] else eta_out
+    bound = 2.0 * (k * eta_acc + (steps + 1) * eta_out)
     if str(dtype).startswith("complex"):
         bound *= 2.0  # a complex product is four real ones
     return bound
@@ -308,6 +331,7 @@ def full_check(topo, layout, backend, product: Product) -> Check:
     gathered = topo.comm.gather(mine, root=0)
     residual = power = None
     tol = tolerance(product.dtype, k, product.steps, product.tf32)
+    floor = underflow(product.dtype, k, product.steps)
     if topo.rank == 0:
         A = np.full((m, k), np.nan, dtype=wide)
         B = np.full((k, n), np.nan, dtype=wide)
@@ -323,7 +347,10 @@ def full_check(topo, layout, backend, product: Product) -> Check:
         scale = np.abs(A) @ np.abs(B)
         diff = np.abs(C - ref)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(scale > 0, diff / np.where(scale > 0, scale, 1), np.where(diff > 0, np.inf, 0))
+            # An element fails once its error exceeds tol·(|A||B|)_ij + floor (results that underflow
+            # round to a fixed grid): in units of tol, its error over (|A||B|)_ij + floor/tol.
+            allowed = scale + floor / tol
+            ratio = np.where(allowed > 0, diff / np.where(allowed > 0, allowed, 1), np.where(diff > 0, np.inf, 0))
             # An element fails once its error exceeds tol·(|A||B|)_ij; in units of its row's
             # norm-wise element scale that is at most 2·tol·max (|A||B|)_ij / (‖A_i‖‖B‖_F/√n).
             row_scale = np.linalg.norm(A, axis=1) * np.linalg.norm(B) / math.sqrt(max(n, 1))

@@ -82,7 +82,7 @@ def run_case(case: dict, comm, directory: str) -> tuple[str, str]:
 
     import hpcmm
     from hpcmm.inputs import generate_block
-    from hpcmm.verify import tolerance
+    from hpcmm.verify import tolerance, underflow
 
     out = os.path.join(directory, "fuzz.h5")
     try:
@@ -106,7 +106,7 @@ def run_case(case: dict, comm, directory: str) -> tuple[str, str]:
     with h5py.File(out, "r") as f:
         c = f["result/C"][...].astype(wide)
         verified = bool(f["summary"].attrs["verified"])
-    bound = tolerance(dtype, k, steps=k) * scale + np.finfo(np.float64).tiny
+    bound = tolerance(dtype, k, steps=k) * scale + underflow(dtype, k, steps=k)
     worst = float(np.max(np.abs(c - reference) / bound))
     if not verified or not worst <= 1.0:
         return "wrong", f"verified={verified}, worst error {worst:.3g} of the bound"

@@ -208,3 +208,18 @@ def test_run_without_verification_reports_none(tmp_path, monkeypatch):
     assert result.check is None
     assert result.summary["verified"] is False and result.summary["verify"] == "none"
     assert np.isnan(result.summary["residual"])
+
+
+def test_full_check_allows_for_results_that_underflow(tmp_path):
+    """float16 10×1×1 (seed 232): some elements of C are subnormal, right to the last bit of float16
+    yet up to 5 % off the float64 product; the full check passes them (corrupted products still fail:
+    the tests above)."""
+    from hpcmm.verify import UNDERFLOW, underflow
+
+    assert underflow("float16", k=1, steps=1) == 2.0 * (2.0**-150 + 2 * 2.0**-25)
+    assert underflow("complex64", k=3, steps=2) == 4.0 * (3 * UNDERFLOW["float32"] + 3 * UNDERFLOW["float32"])
+    cfg = RunConfig(device="cpu", m=10, n=1, k=1, dtype="float16", seed=232, verify="full", warmup=0, iters=1,
+                    quiet=True, out=str(tmp_path / "r.h5"))
+    result = hpcmm.run(cfg, comm=MPI.COMM_SELF, write=False)
+    assert result.check.passed, result.check
+    assert 0 < result.check.residual <= result.check.tolerance
