@@ -46,7 +46,7 @@ import numpy as np
 from .algorithms import Step, auto_panel, ring_depth, summa_plan
 from .config import RunConfig
 from .errors import InputError, agree, collective, raised_everywhere
-from .gemm_orders import gemm_order, label, relaid
+from .gemm_orders import gemm_order, label, relaid, scratch_slots
 from .layout import Layout, padded
 from .transport import PanelChannel
 
@@ -229,7 +229,7 @@ class Engine:
     def needed_bytes(self) -> int:
         """What this rank's blocks, panel rings and re-layout scratch take on its device (the memory check's figure)."""
         return memory_needed(self.layout, self.topo.rank, self.dtype.itemsize, self.panel,
-                             self.slots_per_operand(), tuple(self.ring * int(r) for r in relaid(self.gemm_order)))
+                             self.slots_per_operand(), scratch_slots(self.gemm_order, self.ring))
 
     @property
     def gemm_order_label(self) -> str:

@@ -54,7 +54,7 @@ from collections.abc import Mapping
 from .errors import InputError
 
 __all__ = ["MEASURED", "ORDERS", "ORDER_BY_TYPE", "STORED", "choose", "gemm_order", "label", "parse_order",
-           "relaid", "type_key", "MIN_GAIN"]
+           "relaid", "scratch_slots", "type_key", "MIN_GAIN"]
 
 #: The orders the GEMM takes, A's then B's (C row-major, F column-major).
 ORDERS = ("FC", "CC", "CF", "FF")
@@ -102,6 +102,20 @@ def relaid(order: str) -> tuple[bool, bool]:
     ((False, False), (True, True))
     """
     return order[0] != STORED[0], order[1] != STORED[1]
+
+
+def scratch_slots(order: str, ring: int) -> tuple[int, int]:
+    """Re-layout scratch slots for A's and B's panels: the engine's ``ring`` where ``order`` re-lays out, else 0.
+
+    What :func:`hpcmm.engine.memory_needed` counts as ``relayout`` (the engine, the 2.5D layers and the
+    cost model all ask here).
+
+    Examples
+    --------
+    >>> scratch_slots("CC", 2), scratch_slots("FC", 2)
+    ((2, 0), (0, 0))
+    """
+    return tuple(ring if r else 0 for r in relaid(order))
 
 
 def choose(sizes: Mapping[int, Mapping[str, float]]) -> str:

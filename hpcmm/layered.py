@@ -38,7 +38,7 @@ from .algorithms.layers import LayeredLayout, Layers
 from .config import RunConfig
 from .engine import Engine, IterationTimes, check_memory, memory_needed
 from .errors import InputError, agree, collective, raised_everywhere
-from .gemm_orders import gemm_order, relaid
+from .gemm_orders import gemm_order, scratch_slots
 from .layout import Grid
 from .topology import Topology
 from .transport.reduce import FiberReduction, scratch_bytes
@@ -199,7 +199,7 @@ class LayeredEngine:
         layout = self.layout.layer_layout(self.layer)
         # A layer's channels span nodes when the job has several (its ranks are one per node at most q).
         ring = ring_depth(self.prefetch, spans_nodes=len(self.layers.nodes) > 1)
-        relayout = tuple(self.prefetch + 1 if r else 0 for r in relaid(self.gemm_order))
+        relayout = scratch_slots(self.gemm_order, self.prefetch + 1)
         return memory_needed(layout, self.layer_rank, self.dtype.itemsize, self.panel, ring, relayout) \
             + self._scratch_bytes(self.topo.rank)
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from .algorithms import auto_panel, ring_depth, summa_plan
 from .errors import InputError
-from .gemm_orders import gemm_order, relaid
+from .gemm_orders import gemm_order, scratch_slots
 from .layout import Grid, Layout, padded
 from .summary import product_flops
 
@@ -798,7 +798,7 @@ def _fits(problem, grid, panel, prefetch, machine, sharers: int, extra: int = 0)
     ring = ring_depth(prefetch, spans_nodes=True)  # the deepest a channel keeps
     # The GEMM orders of a GPU run of this type (tf32 re-lays its A panels out: gemm_orders).
     order = gemm_order("float32", tf32=True) if problem.dtype == "tf32" else gemm_order(problem.dtype)
-    relayout = tuple(prefetch + 1 if r else 0 for r in relaid(order))
+    relayout = scratch_slots(order, prefetch + 1)
     need = (memory_bytes(problem, grid, panel, ring, relayout) + extra) * sharers
     return need <= machine.memory_gib * 2**30
 
