@@ -271,6 +271,20 @@ def test_model_command_prints_and_measures_on_cpu(tmp_path, monkeypatch, capsys)
     assert predict(Problem(300, 200, 100), 2, machine).seconds > 0
 
 
+def test_staged_fit_takes_every_pair_of_the_transport_file(tmp_path):
+    """The host MPI's rate is fitted over every staged pair, not pair 0 -> 1 alone (one pair is noisy)."""
+    from hpcmm import h5io
+
+    links = tmp_path / "links.h5"
+    rows = [{"src": 0, "dst": dst, "path": "staged", "bytes": b, "seconds": 1e-4 + b / (gbps * 1e9), "gbps": 0.0}
+            for dst, gbps in ((1, 4.0), (2, 8.0), (3, 8.0)) for b in (1 << 22, 1 << 26, 1 << 27)]
+    h5io.write_table_file(str(links), False, "bench-transport", "transport", rows, {"hpcmm": "test"})
+    _, staged = model._read_transport(str(links))
+    assert len(staged["single"]) == 9
+    gbps, _, _ = model.fit_staged(staged["single"], {}, 1e6, 1 << 40)
+    assert 4.0 < gbps < 8.0
+
+
 # The published clusters of docs/scaling.md section 2: (machine, m, n, k, ranks, TFLOP/s in that table).
 PUBLISHED = [
     ("daint-p100", 17408, 17408, 3473408, 128, 115.4),
