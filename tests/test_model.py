@@ -515,9 +515,11 @@ def test_layers_that_share_a_device_share_its_gemm_rate():
 
 
 # -- the fresh model check of 2026-11-30 -------------------------------------------------------
-#: Every case of the four calls of 2026-11-30 (tests/gpu/model_check.sh, sections system, 2.5d,
-#: cuda-aware, and system again after the sweep's changes), each with the description its own call
-#: measured (data/machines/h200x2-2026-11-30-*.json):
+#: Every case of the six calls of 2026-11-30 (tests/gpu/model_check.sh, sections system, 2.5d,
+#: cuda-aware, and system again after the sweep's changes; then system + 2.5d and cuda-aware once
+#: more, the "-c" rows), each with the description its own call measured
+#: (data/machines/h200x2-2026-11-30-*.json; the staged figures of the first three system
+#: descriptions re-fitted over every staged pair of their transport files, as `model measure` does now):
 #: (description, ranks, m, n, k, dtype, ranks per node, algo, panel, CUDA-aware, measured seconds).
 #: The comment is the model's error when these rows were added (docs/scaling.md, section 1).
 MEASURED_1130 = [
@@ -571,9 +573,43 @@ MEASURED_1130 = [
     ("system-b", 8, 4096, 4096, 4096, "float64", 2, "summa", 1024, False, 0.030256),  # -19.7 %
     ("system-b", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.056168),  # +0.0 %
     ("system-b", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.05575),  # +0.8 %
+    ("system-c", 2, 16384, 16384, 16384, "float16", None, "summa", 4096, False, 0.0064865),  # +3.6 %
+    ("system-c", 2, 16384, 16384, 16384, "float64", None, "summa", 2048, False, 0.085148),  # -3.1 %
+    ("system-c", 2, 8192, 8192, 8192, "float64", None, "summa", 2048, False, 0.010018),  # +7.2 %
+    ("system-c", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, False, 0.072255),  # +3.3 %
+    ("system-c", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, False, 0.068666),  # +8.7 %
+    ("system-c", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, False, 0.075759),  # -1.5 %
+    ("system-c", 2, 12007, 9001, 6003, "float32", None, "summa", 1501, False, 0.013714),  # -4.8 %
+    ("system-c", 4, 8192, 8192, 8192, "float64", None, "summa", 2048, False, 0.011556),  # +10.2 %
+    ("system-c", 4, 4096, 4096, 4096, "float64", 1, "summa", 2048, False, 0.026317),  # -12.3 %
+    ("system-c", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, False, 0.051116),  # -12.5 %
+    ("system-c", 8, 16384, 16384, 16384, "float64", None, "summa", 2048, False, 0.096909),  # +1.7 %
+    ("system-c", 8, 6001, 4099, 3001, "float32", 1, "summa", 750, False, 0.016024),  # -5.2 %
+    ("system-c", 8, 4096, 4096, 4096, "float64", 2, "summa", 1024, False, 0.033013),  # -34.2 %
+    ("system-c", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.04346),  # +2.7 %
+    ("system-c", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.055378),  # -19.4 %
+    ("system-c", 4, 10007, 6001, 6007, "float64", 2, "2.5d:2", 1501, False, 0.027693),  # +0.1 %
+    ("system-c", 4, 10007, 6001, 6007, "float64", 2, "summa", 1502, False, 0.028613),  # -6.9 %
+    ("system-c", 4, 8192, 8192, 8192, "float64", 2, "2.5d:2", 2048, False, 0.053102),  # -16.3 %
+    ("system-c", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, False, 0.067444),  # -33.7 %
+    ("system-c", 8, 10007, 6001, 6007, "float64", 4, "2.5d:2", 1501, False, 0.019282),  # +2.1 %
+    ("system-c", 8, 10007, 6001, 6007, "float64", 4, "2.5d:4", 750, False, 0.020781),  # -9.1 %
+    ("system-c", 8, 10007, 6001, 6007, "float64", 4, "summa", 1501, False, 0.035674),  # -10.3 %
+    ("system-c", 8, 8192, 8192, 8192, "float64", 4, "2.5d:2", 2048, False, 0.03112),  # -5.7 %
+    ("system-c", 8, 8192, 8192, 8192, "float64", 4, "2.5d:4", 1024, False, 0.031855),  # -10.9 %
+    ("system-c", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.052739),  # -15.4 %
+    ("cuda-aware-c", 2, 16384, 16384, 16384, "float16", 1, "summa", 4096, True, 0.0068077),  # +3.0 %
+    ("cuda-aware-c", 2, 16384, 16384, 16384, "float64", 1, "summa", 2048, True, 0.084979),  # -2.9 %
+    ("cuda-aware-c", 2, 8192, 8192, 8192, "float64", 1, "summa", 2048, True, 0.010322),  # +4.1 %
+    ("cuda-aware-c", 4, 8192, 8192, 8192, "float32", 1, "summa", 2048, True, 0.013582),  # +2.8 %
+    ("cuda-aware-c", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, True, 0.012124),  # +9.3 %
+    ("cuda-aware-c", 8, 8192, 8192, 8192, "float64", 1, "summa", 2048, True, 0.017356),  # +3.1 %
+    ("cuda-aware-c", 8, 8192, 8192, 8192, "float64", 2, "summa", 2048, True, 0.015607),  # +3.9 %
+    ("cuda-aware-c", 8, 10007, 6001, 3001, "float64", 2, "summa", 750, True, 0.010358),  # -10.8 %
+    ("cuda-aware-c", 8, 16384, 16384, 16384, "float64", 4, "summa", 2048, True, 0.099726),  # +0.8 %
 ]
 #: The rows still outside 15 % (docs/scaling.md says why): they must stay below 35 % until fixed.
-OPEN_1130 = {0, 12, 14, 15, 22, 29, 38, 39, 46}
+OPEN_1130 = {0, 12, 14, 15, 22, 29, 46, 61, 63, 66, 67, 73}
 
 
 def _machine_1130(kind):
@@ -601,13 +637,24 @@ def test_fresh_cases_within_15_percent(index):
         assert err <= 0.15, (row, err)
 
 
-def test_fresh_2p5d_gains_within_15_percent():
+#: The one pair of the second 2.5D call outside 15 %: its summa run took 0.0674 s where the same
+#: case took 0.0511 s in the system section of that call (the staged path's spread, docs/scaling.md).
+OPEN_GAINS = {("system-c", 4, 8192, "2.5d:2")}
+
+
+@pytest.mark.parametrize("kind", ["system-2.5d", "system-c"])
+def test_fresh_2p5d_gains_within_15_percent(kind):
     """2.5D over summa on the emulated slow network: predicted speed-up within 15 % of the measured one."""
-    runs = {(r[1], r[2], r[7]): r for r in MEASURED_1130 if r[0] == "system-2.5d"}
+    rows = [r for r in MEASURED_1130 if r[0] == kind and (r[7] != "summa" or r[6] in (2, 4) and r[4] in (6007, 8192))]
+    runs = {(r[1], r[2], r[7]): r for r in rows}  # the last summa row of a case: the 2.5d section's own
     pairs = [(key, runs[key[:2] + ("summa",)]) for key in runs if key[2] != "summa"]
     assert len(pairs) == 6
     for key, summa in pairs:
         run = runs[key]
         measured = summa[-1] / run[-1]
         predicted = _predicted_1130(summa) / _predicted_1130(run)
-        assert abs(predicted / measured - 1) <= 0.15, (key, measured, predicted)
+        err = abs(predicted / measured - 1)
+        if (kind, *key) in OPEN_GAINS:
+            assert 0.15 < err < 0.35, (key, measured, predicted)
+        else:
+            assert err <= 0.15, (key, measured, predicted)
