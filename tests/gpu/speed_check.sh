@@ -8,6 +8,8 @@
 #   bash tests/gpu/speed_check.sh orders    the GEMM's operand orders only (about 5 minutes): tf32 16384,
 #       float16/bfloat16 16384 and 32768, float64 16384 at 2 ranks, each in the order hpcmm.gemm_orders
 #       picks (bench-orders-*) and again with HPCMM_GEMM_ORDER=FC, as stored, no re-layout (bench-stored-*)
+#   bash tests/gpu/speed_check.sh panels    the panel width by type (about 6 minutes): tf32 and float16 16384,
+#       bfloat16 32768 at --panel 2048/4096/8192, float64 8192 at 1024/2048/4096 and 4096 at 512/1024/2048
 #
 # In order of priority, each step under `timeout` and inside what is left of SPEED_BUDGET seconds
 # (default 510): `hpcmm bench` at 2 ranks (system MPI, peers on; Heat on its own smaller case within
@@ -53,9 +55,11 @@ bench() {  # bench NAME LIMIT CASES [OPTIONS...]   ($GEMM_ORDER, where set, goes
     mpiexec -n 2 python3 -m hpcmm bench --cases "$cases" --iters 3 --out "$work/bench-$name.h5" --overwrite "$@"
 }
 
-panel() {  # panel SIZE WIDTH
-  step "panel-$1-$2" 90 mpiexec -n 2 python3 -m hpcmm --m "$1" --n "$1" --k "$1" --panel "$2" --iters 3 \
-    --quiet --out "$work/panel-$1-$2.h5" --overwrite
+panel() {  # panel SIZE WIDTH [TYPE]   (TYPE: float64 by default; tf32 = float32 with --tf32)
+  local type=${3:-float64} tag=; [ -n "${3:-}" ] && tag=$3-
+  local opts=(--dtype "$type"); [ "$type" = tf32 ] && opts=(--dtype float32 --tf32)
+  step "panel-$tag$1-$2" 90 mpiexec -n 2 python3 -m hpcmm --m "$1" --n "$1" --k "$1" --panel "$2" "${opts[@]}" \
+    --iters 3 --quiet --out "$work/panel-$tag$1-$2.h5" --overwrite
 }
 
 {
@@ -79,7 +83,14 @@ except Exception as exc:
     print("cupy bfloat16 does not work here:", type(exc).__name__, exc)
 PY
 
-if [ "${1:-all}" = orders ]; then
+if [ "${1:-all}" = panels ]; then
+  # the panel width by type, where the GEMM outruns the memory most (each step's beta = 1 pass over C)
+  for width in 2048 4096 8192; do panel 16384 "$width" tf32; done
+  for width in 2048 4096 8192; do panel 16384 "$width" float16; done
+  for width in 2048 4096 8192; do panel 32768 "$width" bfloat16; done
+  for width in 1024 2048 4096; do panel 8192 "$width"; done
+  for width in 512 1024 2048; do panel 4096 "$width"; done
+elif [ "${1:-all}" = orders ]; then
   for kind in orders stored; do
     GEMM_ORDER=; [ "$kind" = stored ] && GEMM_ORDER=FC
     bench "$kind-tf32-16384" 60 "tf32:16384" --no-peers
@@ -118,12 +129,15 @@ for path in sorted(glob.glob(os.path.join(work, "bench-*.h5"))):
                   f"{fmt(r['cublasmp_tflops']):>9}{fmt(r['hpcmm_over_cublasmp']):>6}{fmt(r['heat_tflops']):>7}  "
                   f"{'yes' if r['verified'] else 'NO':<3} {dec(r['cublasmp_note'])[:60]} / {dec(r['heat_note'])[:40]}")
 print()
-print(f"{'panel sweep, float64':<22}{'TFLOP/s':>9}{'exposed':>9}{'host':>8}  ok")
-for path in sorted(glob.glob(os.path.join(work, "panel-*.h5")), key=lambda p: [int(x) for x in p[:-3].split("-")[-2:]]):
+print(f"{'panel sweep':<30}{'TFLOP/s':>9}{'exposed':>9}{'host':>8}  ok")
+def panel_key(path):
+    *tag, size, width = os.path.basename(path)[6:-3].split("-")
+    return ("-".join(tag) or "float64", int(size), int(width))
+for path in sorted(glob.glob(os.path.join(work, "panel-*.h5")), key=panel_key):
     with h5py.File(path, "r") as f:
         s = f["summary"].attrs
-        size, width = os.path.basename(path)[6:-3].split("-")
-        print(f"{size + ' --panel ' + width:<22}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%"
+        kind, size, width = panel_key(path)
+        print(f"{f'{kind} {size} --panel {width}':<30}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%"
               f"{100 * s['host_overhead_fraction']:>7.2f}%  {'yes' if s['verified'] else 'NO'}")
 print()
 print("one-GPU candidates (TFLOP/s, mean of the 2 GPUs; * = best):")
