@@ -1155,7 +1155,8 @@ def _label(r: CheckRow) -> str:
 
 
 def _repeat_lines(rows) -> list[str]:
-    """Runs of one setup and algorithm measured more than once: their spread (max ÷ min − 1)."""
+    """Runs of one setup and algorithm measured more than once: their spread (max ÷ min − 1) and the
+    prediction's error against their median."""
     groups: dict[tuple, list[CheckRow]] = {}
     for r in rows:
         groups.setdefault((r.setup, r.algo), []).append(r)
@@ -1163,8 +1164,10 @@ def _repeat_lines(rows) -> list[str]:
     for group in groups.values():
         if len(group) > 1:
             t = sorted(r.measured for r in group)
+            median = float(np.median(t))
             lines.append(f"{_label(group[0]) + ' ' + group[0].algo:<52} {len(t)} runs: min {t[0]:.4g} s, median "
-                         f"{float(np.median(t)):.4g} s, max {t[-1]:.4g} s, spread {100 * (t[-1] / t[0] - 1):.1f} %")
+                         f"{median:.4g} s, max {t[-1]:.4g} s, spread {100 * (t[-1] / t[0] - 1):.1f} %, "
+                         f"error of the median {100 * (group[0].predicted / median - 1):.1f} %")
     return ["", "repeated runs:", *lines] if lines else []
 
 

@@ -495,6 +495,8 @@ def test_check_table_reads_algo_and_prints_gains_and_repeats(tmp_path):
     assert gains[0][3] == pytest.approx(rows[0].predicted / rows[2].predicted - 1)
     table = model.check_table(files, machine)
     assert "gain over summa" in table and "2 runs: min 0.03 s" in table and "spread 10.0 %" in table
+    median_error = 100 * (rows[0].predicted / np.median([0.030, 0.033]) - 1)
+    assert f"error of the median {median_error:.1f} %" in table
 
 
 def test_layers_that_share_a_device_share_its_gemm_rate():
