@@ -20,7 +20,7 @@ OUT=${OUT:-/tmp/hpcmm-check}
 work=/tmp/hpcmm-check-work
 mkdir -p "$OUT" "$work"
 log=$OUT/check.log
-table=$work/table.txt
+table=$OUT/table.txt  # in $OUT, written check by check: a run cut off by its time limit still leaves its rows
 : > "$table"
 export OMP_NUM_THREADS=1
 
