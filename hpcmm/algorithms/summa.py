@@ -106,6 +106,11 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool) -> int:
     A four-panel block also caps the ring of panel buffers at the share of the
     local operands that 2048-wide panels take in 8192-deep blocks.
 
+    Blocks of different depth (a weighted layout, ranks sharing GPUs) take the
+    target width itself: no width splits them all evenly, and an even split of
+    the smallest is an odd width that every step's GEMM runs at (5 ranks on
+    2 × H200, float64 16384: 2048 ran 3–4 % faster than 1365).
+
     Examples
     --------
     >>> from hpcmm.layout import Grid, Layout
