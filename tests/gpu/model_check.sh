@@ -21,7 +21,7 @@
 # Repeats: every staged case (and every 2.5d case) runs MODEL_CHECK_REPEATS times (default 3), and
 # model check adds the prediction's error against their median: two runs of one staged case in one
 # call differed by 27-32 % (docs/scaling.md, section 1).
-# About 9 minutes of GPU time for system and 2.5d together with the repeats, 4 for cuda-aware.
+# About 6 minutes of GPU time for system and 2.5d together with the repeats (3 without), 3 for cuda-aware.
 # Exit status: 0 when every case ran (the errors are reported, not judged: docs/scaling.md holds
 # the table and its verdict).
 if [ "${1:-}" = --bind-rank ]; then  # one rank: bind, record, exec (run by mpiexec, see run_ranks)
