@@ -9,7 +9,7 @@
 #       float16/bfloat16 16384 and 32768, float64 16384 at 2 ranks, each in the order hpcmm.gemm_orders
 #       picks (bench-orders-*) and again with HPCMM_GEMM_ORDER=FC, as stored, no re-layout (bench-stored-*)
 #   bash tests/gpu/speed_check.sh panels    the panel width by type (about 6 minutes): tf32 and float16 16384,
-#       bfloat16 32768 at --panel 2048/4096/8192, float64 8192 at 1024/2048/4096, 4096 at 512/1024/2048, 16384 at 8192
+#       bfloat16 32768 at --panel 2048/4096/8192, float64 8192 at 1024/2048/4096, 4096 at 512/1024/2048, 16384 and 32768 at 8192
 #
 # In order of priority, each step under `timeout` and inside what is left of SPEED_BUDGET seconds
 # (default 510): `hpcmm bench` at 2 ranks (system MPI, peers on; Heat on its own smaller case within
@@ -90,7 +90,8 @@ if [ "${1:-all}" = panels ]; then
   for width in 2048 4096 8192; do panel 32768 "$width" bfloat16; done
   for width in 1024 2048 4096; do panel 8192 "$width"; done
   for width in 512 1024 2048; do panel 4096 "$width"; done
-  panel 16384 8192  # float64 16384: whole 8192-deep blocks per step (2048 and 4096 are in the full run)
+  panel 16384 8192  # float64: whole 8192-deep blocks per step (2048 and 4096 are in the full run)
+  panel 32768 8192  # float64: two steps per 16384-deep block (97.2 % at 4096, the target 98 %)
 elif [ "${1:-all}" = orders ]; then
   for kind in orders stored; do
     GEMM_ORDER=; [ "$kind" = stored ] && GEMM_ORDER=FC
