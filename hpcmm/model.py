@@ -1051,7 +1051,8 @@ def describe(prob: Problem, pred: Prediction, machine: Machine) -> str:
     shape = f"{prob.m}x{prob.n}x{prob.k}"
     lines = [f"hpcmm model: {shape} {prob.dtype} on {pred.ranks} rank(s), grid {pred.grid}, "
              f"{pred.ranks_per_node} per node, {pred.ranks_per_host} per host, machine {machine.name}",
-             f"  algorithm {pred.algo}, panel {pred.panel}, prefetch {pred.prefetch}, {pred.steps} steps"]
+             f"  algorithm {pred.algo}{' (a design the model knows; `run` does not build it)' if pred.algo == 'split-relay' else ''}"
+             f", panel {pred.panel}, prefetch {pred.prefetch}, {pred.steps} steps"]
     if not math.isfinite(pred.seconds):
         lines.append("  refused: " + "; ".join(pred.notes))
         return "\n".join(lines)

@@ -285,6 +285,15 @@ def test_staged_fit_takes_every_pair_of_the_transport_file(tmp_path):
     assert 4.0 < gbps < 8.0
 
 
+def test_describe_says_the_split_relay_is_not_built():
+    """`model --algo auto` may pick the split relay, which `run` does not have: the text says so."""
+    machine = builtin("h200x2")
+    prob = Problem(8192, 8192, 8192)
+    text = model.describe(prob, predict(prob, 8, machine, ranks_per_node=4, algo="split-relay"), machine)
+    assert "algorithm split-relay (a design the model knows; `run` does not build it)" in text
+    assert "does not build" not in model.describe(prob, predict(prob, 8, machine, ranks_per_node=4), machine)
+
+
 # The published clusters of docs/scaling.md section 2: (machine, m, n, k, ranks, TFLOP/s in that table).
 PUBLISHED = [
     ("daint-p100", 17408, 17408, 3473408, 128, 115.4),
