@@ -158,13 +158,7 @@ class Job:
 
     def kill(self) -> None:
         """End what is left of this job: only the processes it started."""
-        if self.proc.poll() is None:
-            for pid in [*descendants(self.proc.pid), self.proc.pid]:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            self.proc.wait()
+        kill_tree(self.proc)
 
 
 def run(parts: list[Part], logs: Path, cwd: Path, limit: float, env: dict[str, str] | None = None) -> Outcome:
@@ -189,6 +183,17 @@ def descendants(pid: int) -> list[int]:
             found += kids
             todo += kids
     return found
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` and every process below it, if it still runs, then reap it."""
+    if proc.poll() is None:
+        for pid in [*descendants(proc.pid), proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.wait()
 
 
 def rank_of(pid: int, program: tuple[bytes, ...] = ()) -> int | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from launcher import mpiexec_or_skip, quiet_environment
-from ranklog import RUNNER, descendants, rank_of, runner_argv
+from ranklog import RUNNER, descendants, kill_tree, rank_of, runner_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 #: How long a job may take to end once a rank is gone or a signal is sent.
@@ -123,13 +123,7 @@ class Job:
 
     def kill(self) -> None:
         """End what is left of this job: only the processes it started."""
-        if self.proc.poll() is None:
-            for pid in [*descendants(self.proc.pid), self.proc.pid]:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            self.proc.wait()
+        kill_tree(self.proc)
 
 
 @pytest.fixture
