@@ -1049,10 +1049,10 @@ def model_main(ns, comm=None) -> int:
 def describe(prob: Problem, pred: Prediction, machine: Machine) -> str:
     """The prediction in a few lines."""
     shape = f"{prob.m}x{prob.n}x{prob.k}"
+    design = " (a design the model knows; `run` does not build it)" if pred.algo == "split-relay" else ""
     lines = [f"hpcmm model: {shape} {prob.dtype} on {pred.ranks} rank(s), grid {pred.grid}, "
              f"{pred.ranks_per_node} per node, {pred.ranks_per_host} per host, machine {machine.name}",
-             f"  algorithm {pred.algo}{' (a design the model knows; `run` does not build it)' if pred.algo == 'split-relay' else ''}"
-             f", panel {pred.panel}, prefetch {pred.prefetch}, {pred.steps} steps"]
+             f"  algorithm {pred.algo}{design}, panel {pred.panel}, prefetch {pred.prefetch}, {pred.steps} steps"]
     if not math.isfinite(pred.seconds):
         lines.append("  refused: " + "; ".join(pred.notes))
         return "\n".join(lines)

@@ -122,15 +122,13 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool) -> int:
     if layout.grid.size == 1:
         return layout.k  # nothing moves: one GEMM of full depth is fastest
     grid = layout.grid
-    # Without weights the smallest k block is min(k // cols, k // rows); with weights read it off.
-    smallest = min(layout.extent(layout.a_k(c)) for c in range(grid.cols))
-    smallest = min(smallest, *(layout.extent(layout.b_k(r)) for r in range(grid.rows)))
-    smallest_block = max(1, smallest or layout.k)
+    # The k blocks of A (by column) and B (by row): without weights near k // cols and k // rows.
+    a_depths = [layout.extent(layout.a_k(c)) for c in range(grid.cols)]
+    b_depths = [layout.extent(layout.b_k(r)) for r in range(grid.rows)]
+    smallest_block = max(1, min(a_depths + b_depths) or layout.k)
     target = _panel_target(smallest_block, itemsize, on_gpu)
     if smallest_block <= target:
         return max(1, smallest_block)
-    a_depths = [layout.extent(layout.a_k(c)) for c in range(grid.cols)]
-    b_depths = [layout.extent(layout.b_k(r)) for r in range(grid.rows)]
     if max(a_depths) - min(a_depths) > 1 or max(b_depths) - min(b_depths) > 1:
         # Weighted blocks (ranks sharing GPUs) differ in depth, so no one width splits them all
         # evenly; an even split of the smallest is an odd width that every GEMM then runs at.
