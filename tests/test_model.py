@@ -584,6 +584,7 @@ MEASURED_1130 = [
     ("system-b", 8, 4096, 4096, 4096, "float64", 2, "summa", 1024, False, 0.030256),  # -19.7 %
     ("system-b", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.056168),  # +0.0 %
     ("system-b", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, False, 0.05575),  # +0.8 %
+    # the fifth call (system, then its 2.5d section) and the sixth (cuda-aware), the staged fit over every pair
     ("system-c", 2, 16384, 16384, 16384, "float16", None, "summa", 4096, False, 0.0064865),  # +3.6 %
     ("system-c", 2, 16384, 16384, 16384, "float64", None, "summa", 2048, False, 0.085148),  # -3.1 %
     ("system-c", 2, 8192, 8192, 8192, "float64", None, "summa", 2048, False, 0.010018),  # +7.2 %
