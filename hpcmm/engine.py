@@ -45,7 +45,7 @@ import numpy as np
 
 from .algorithms import Step, auto_panel, ring_depth, summa_plan
 from .config import RunConfig
-from .errors import InputError, agree, collective, raised_everywhere
+from .errors import InputError, agree, collective_setup, raised_everywhere
 from .gemm_orders import gemm_order, label, relaid, scratch_slots
 from .layout import Layout, padded
 from .transport import PanelChannel
@@ -204,13 +204,9 @@ class Engine:
         self.B = self._typed(self.col.block, (self.b_shape[0], self.ld_b), order="C")[:, : self.n_loc]
         # This rank's own allocations may fail alone (out of memory): the channels are built on
         # every rank, so every rank must learn of it and close them together.
-        try:
-            with collective(topo.comm):
-                self.C = self._c_block(c_storage)
-                self.scratch = self._relayout_scratch()
-        except Exception:
-            self.close()
-            raise
+        with collective_setup(topo.comm, self.close):
+            self.C = self._c_block(c_storage)
+            self.scratch = self._relayout_scratch()
         #: Bytes of the last product by (source world rank, this rank, path).
         self.bytes_by_pair: collections.Counter = collections.Counter()
 
@@ -263,17 +259,13 @@ class Engine:
         """
         itemsize = self.dtype.itemsize
         members = comm.allgather(self.topo.rank)
-        try:
-            with collective(self.topo.comm):
-                channel = PanelChannel(
-                    comm, members, [vnodes[r] for r in members], self.backend,
-                    block_elements * itemsize, panel_rows * self.panel * itemsize,
-                    self.prefetch, cuda_aware,
-                )
-                self.channels.append(channel)
-        except Exception:
-            self.close()
-            raise
+        with collective_setup(self.topo.comm, self.close):
+            channel = PanelChannel(
+                comm, members, [vnodes[r] for r in members], self.backend,
+                block_elements * itemsize, panel_rows * self.panel * itemsize,
+                self.prefetch, cuda_aware,
+            )
+            self.channels.append(channel)
         return channel
 
     def _c_block(self, storage):

@@ -19,6 +19,7 @@ __all__ = [
     "VerificationError",
     "agree",
     "collective",
+    "collective_setup",
     "raised_everywhere",
 ]
 
@@ -142,3 +143,21 @@ def collective(comm) -> Iterator[None]:
         agree(comm, exc)
         raise  # unreachable: agree always raises when given an error
     agree(comm, None)
+
+
+@contextlib.contextmanager
+def collective_setup(comm, close) -> Iterator[None]:
+    """A :func:`collective` set-up step: a failure on any rank calls ``close()`` (which
+    undoes what was built, collectively) on every rank, then raises there.
+
+    Examples
+    --------
+    >>> with collective_setup(comm, self.close):   # doctest: +SKIP
+    ...     self.C = backend.empty(shape)           # may fail on one rank only
+    """
+    try:
+        with collective(comm):
+            yield
+    except Exception:
+        close()
+        raise

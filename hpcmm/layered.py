@@ -37,7 +37,7 @@ from .algorithms import auto_panel, ring_depth
 from .algorithms.layers import LayeredLayout, Layers
 from .config import RunConfig
 from .engine import Engine, IterationTimes, check_memory, memory_needed
-from .errors import InputError, agree, collective, raised_everywhere
+from .errors import InputError, agree, collective_setup, raised_everywhere
 from .gemm_orders import gemm_order, scratch_slots
 from .layout import Grid
 from .topology import Topology
@@ -120,24 +120,16 @@ class LayeredEngine:
         self.fiber = topo.comm.Split(self.layer_rank, self.layer)
         # Two stages, each agreed by every rank: a rank that failed the first must not leave
         # its layer waiting in the engine's collectives.
-        self._stage(lambda: setattr(self, "reduction", FiberReduction(
-            self.fiber, backend, self.layout.local_shapes_partial(topo.rank), self.dtype)))
+        with collective_setup(topo.comm, self.close):
+            self.reduction = FiberReduction(self.fiber, backend, self.layout.local_shapes_partial(topo.rank),
+                                            self.dtype)
         # The engine multiplies into the partial block its fiber peers read (stored as it stores C).
-        self._stage(lambda: setattr(self, "engine", Engine(
-            self.layer_topo, backend, self.layout.layer_layout(self.layer), layer_config, cuda_aware,
-            c_storage=self.reduction.storage)))
+        with collective_setup(topo.comm, self.close):
+            self.engine = Engine(self.layer_topo, backend, self.layout.layer_layout(self.layer), layer_config,
+                                 cuda_aware, c_storage=self.reduction.storage)
         self.plan = self.engine.plan
         #: Steps of the longest layer plan: every rank's step records are that long (zeros after its own).
         self.steps = topo.comm.allreduce(len(self.plan), op=MPI.MAX)
-
-    def _stage(self, build) -> None:
-        """Collective: run ``build``; a failure on any rank closes what was built and fails every rank."""
-        try:
-            with collective(self.topo.comm):
-                build()
-        except Exception:
-            self.close()
-            raise
 
     def __enter__(self) -> LayeredEngine:
         return self
