@@ -43,7 +43,7 @@ from time import perf_counter
 
 import numpy as np
 
-from .algorithms import Step, auto_panel, ring_depth, summa_plan
+from .algorithms import Step, panel_candidates, ring_depth, summa_plan
 from .config import RunConfig
 from .errors import InputError, agree, collective_setup, raised_everywhere
 from .gemm_orders import gemm_order, label, relaid, scratch_slots
@@ -138,6 +138,24 @@ def check_memory(topo, backend, needed: int, problem: str) -> int:
     return total
 
 
+def widest_fitting(topo, backend, widths: list[int], needed) -> int:
+    """Collective: the first of ``widths`` (widest first) at which every device holds what its ranks need.
+
+    ``needed(width)`` is this rank's bytes at that width.  Every rank gets the
+    same width (the narrowest that some device needs); where none fits, the
+    last, and :func:`check_memory` then refuses the problem with its figures.
+    One width needs no collective: every rank has the same list.
+    """
+    if len(widths) == 1:
+        return widths[0]
+    device = backend.device_id if backend.on_gpu else None
+    needs = topo.node_comm.allgather((device, [needed(width) for width in widths]))
+    free, _ = backend.memory_info()
+    together = [sum(need[i] for where, need in needs if where == device) for i in range(len(widths))]
+    first = next((i for i, total in enumerate(together) if total <= free), len(widths) - 1)
+    return widths[max(topo.comm.allgather(first))]
+
+
 class Engine:
     """Blocks, channels and the SUMMA loop of one rank.
 
@@ -172,16 +190,19 @@ class Engine:
         self.topo, self.backend, self.layout = topo, backend, layout
         self.dtype = np.dtype(config.dtype)
         self.tf32, self.record_timeline = config.tf32, config.timeline
-        self.panel_auto = config.panel is None
-        self.panel = config.panel if config.panel is not None else auto_panel(layout, self.dtype.itemsize,
-                                                                               backend.on_gpu)
-        if self.panel > layout.k:  # the same verdict on every rank
-            agree(topo.comm, InputError(f"{config.origin('panel')}={self.panel}: wider than k={layout.k}"))
         self.prefetch = config.prefetch
         # The engine's own ring: which GEMM last read each panel slot (a channel may keep more).
         self.ring = config.prefetch + 1
         #: The GEMM's operand orders, A's then B's (hpcmm.gemm_orders); panels travel as stored (FC).
         self.gemm_order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
+        self.panel_auto = config.panel is None
+        if config.panel is not None:
+            self.panel = config.panel
+        else:  # the default width, or a narrower one where its panel ring would not fit
+            self.panel = widest_fitting(topo, backend, panel_candidates([layout], self.dtype.itemsize, backend.on_gpu),
+                                        self.needed_bytes)
+        if self.panel > layout.k:  # the same verdict on every rank
+            agree(topo.comm, InputError(f"{config.origin('panel')}={self.panel}: wider than k={layout.k}"))
         # Before the plan: a huge k must be refused, not planned step by step.
         self._check_memory()
         # Ramp up the first panels only where transfers exist and can overlap.
@@ -222,9 +243,12 @@ class Engine:
         """Panel slots each channel may keep (the deepest: a channel that spans nodes keeps 2 or more)."""
         return ring_depth(self.prefetch, spans_nodes=self.topo.vnode_count > 1)
 
-    def needed_bytes(self) -> int:
-        """What this rank's blocks, panel rings and re-layout scratch take on its device (the memory check's figure)."""
-        return memory_needed(self.layout, self.topo.rank, self.dtype.itemsize, self.panel,
+    def needed_bytes(self, panel: int | None = None) -> int:
+        """What this rank's blocks, panel rings and re-layout scratch take on its device (the memory check's figure).
+
+        ``panel``: at that width instead of the engine's own.
+        """
+        return memory_needed(self.layout, self.topo.rank, self.dtype.itemsize, panel or self.panel,
                              self.slots_per_operand(), scratch_slots(self.gemm_order, self.ring))
 
     @property

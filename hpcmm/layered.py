@@ -33,10 +33,10 @@ from time import perf_counter
 import numpy as np
 from mpi4py import MPI
 
-from .algorithms import auto_panel, ring_depth
+from .algorithms import panel_candidates, ring_depth
 from .algorithms.layers import LayeredLayout, Layers
 from .config import RunConfig
-from .engine import Engine, IterationTimes, check_memory, memory_needed
+from .engine import Engine, IterationTimes, check_memory, memory_needed, widest_fitting
 from .errors import InputError, agree, collective_setup, raised_everywhere
 from .gemm_orders import gemm_order, scratch_slots
 from .layout import Grid
@@ -96,11 +96,13 @@ class LayeredEngine:
         self.panel_auto = config.panel is None
         #: The layer engines' GEMM operand orders (the same rule as :class:`Engine`'s), for the memory check.
         self.gemm_order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
-        # One width for every layer, so that their plans (and step records) line up.
-        self.panel = config.panel if config.panel is not None else min(
-            auto_panel(self.layout.layer_layout(layer), self.dtype.itemsize, backend.on_gpu)
-            for layer in range(layers.count))
-        narrowest = min(self.layout.layer_layout(layer).k for layer in range(layers.count))
+        self.prefetch, self.ring = config.prefetch, config.prefetch + 1
+        # One width for every layer, so that their plans (and step records) line up: the default, or a
+        # narrower one where its panel rings would not fit.
+        layer_layouts = [self.layout.layer_layout(layer) for layer in range(layers.count)]
+        self.panel = config.panel if config.panel is not None else widest_fitting(
+            topo, backend, panel_candidates(layer_layouts, self.dtype.itemsize, backend.on_gpu), self.needed_bytes)
+        narrowest = min(layer_layout.k for layer_layout in layer_layouts)
         if self.panel > narrowest:  # the same verdict on every rank; said before the layer engines say less
             agree(topo.comm, InputError(
                 f"{config.origin('panel')}={self.panel}: wider than the k of a 2.5d layer (k={k} over "
@@ -108,7 +110,6 @@ class LayeredEngine:
         layer_config = config.replace(
             panel=self.panel, grid=None,
             ranks_per_node=layers.per_layer if config.ranks_per_node is not None else None)
-        self.prefetch, self.ring = config.prefetch, config.prefetch + 1
         self.engine = self.reduction = self.layer_topo = self.fiber = None
         self.closed = False
         self._check_memory()
@@ -182,17 +183,18 @@ class LayeredEngine:
         return scratch_bytes(self.layout.local_shapes_partial(rank), self.layers.count, member,
                              self.dtype.itemsize)
 
-    def needed_bytes(self) -> int:
+    def needed_bytes(self, panel: int | None = None) -> int:
         """This rank's blocks, panel rings, re-layout scratch, partial C and reduction scratch on its device.
 
         The partial C is the layer engine's C block (:func:`memory_needed`
         counts it), allocated by the reduction so that its fiber peers can read it.
+        ``panel``: at that width instead of the engine's own.
         """
         layout = self.layout.layer_layout(self.layer)
         # A layer's channels span nodes when the job has several (its ranks are one per node at most q).
         ring = ring_depth(self.prefetch, spans_nodes=len(self.layers.nodes) > 1)
         relayout = scratch_slots(self.gemm_order, self.prefetch + 1)
-        return memory_needed(layout, self.layer_rank, self.dtype.itemsize, self.panel, ring, relayout) \
+        return memory_needed(layout, self.layer_rank, self.dtype.itemsize, panel or self.panel, ring, relayout) \
             + self._scratch_bytes(self.topo.rank)
 
     def _check_memory(self) -> None:

@@ -6,7 +6,8 @@ grid, the placement of ranks on nodes, the panel and prefetch, and a
 :mod:`hpcmm.transport.channel` do, step by step, for every rank at once:
 
 * the plan is :func:`hpcmm.algorithms.summa_plan` itself (ramp included) and
-  the panel :func:`hpcmm.algorithms.auto_panel` itself;
+  the panel the engine's (:func:`hpcmm.algorithms.auto_panel`, narrowed by
+  :func:`hpcmm.algorithms.panel_candidates` where its ring would not fit);
 * the host loop of the engine: panels ``0 … prefetch-1`` fetched first, then
   per step the GEMM is queued and the fetch of step ``s + prefetch`` follows
   (it waits for GEMM ``s - 1``, which released its slot);
@@ -45,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .algorithms import auto_panel, ring_depth, summa_plan
+from .algorithms import panel_candidates, ring_depth, summa_plan
 from .errors import InputError
 from .gemm_orders import gemm_order, scratch_slots
 from .layout import Grid, Layout, padded
@@ -512,7 +513,8 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     grid : (rows, cols), optional
         Default :func:`compute_dims`.
     panel : int, optional
-        Default :func:`hpcmm.algorithms.auto_panel`, as the engine chooses it.
+        Default: the engine's choice (:func:`hpcmm.algorithms.auto_panel`, or a
+        narrower :func:`~hpcmm.algorithms.panel_candidates` width where memory is short).
     prefetch : int
     algo : str
         ``summa`` (hpcmm as built), ``split-relay``, ``2.5d`` / ``2.5d:C``, or ``auto`` (the fastest).
@@ -554,12 +556,14 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     layout = Layout(problem.m, problem.n, problem.k, grid)
     on_gpu = machine.device == "gpu"
     isz = problem.itemsize
-    if panel is None:
-        panel = auto_panel(layout, isz, on_gpu)
+    pl = place(ranks, machine, ranks_per_node, ranks_per_host)
+    if panel is None:  # the engine's choice: the default width, or the widest narrower one that fits
+        widths = panel_candidates([layout], isz, on_gpu)
+        panel = next((w for w in widths if _fits(problem, grid, w, prefetch, machine, int(pl.sharers.max()))),
+                     widths[-1])
     if panel > problem.k:
         raise InputError(f"--panel={panel}: wider than k={problem.k}")
     plan = summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1)
-    pl = place(ranks, machine, ranks_per_node, ranks_per_host)
     P, S = ranks, len(plan)
     ranks_arr = np.arange(P)
     prow, pcol = ranks_arr // grid.cols, ranks_arr % grid.cols

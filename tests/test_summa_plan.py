@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcmm.algorithms import Step, auto_panel, summa_plan
+from hpcmm.algorithms import Step, auto_panel, panel_candidates, summa_plan
 from hpcmm.layout import Grid, Layout, block_range
 
 GRIDS = [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (1, 3), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1)]
@@ -124,10 +124,7 @@ def test_auto_panel_is_sane(on_gpu, grid):
                 assert panel == k, f"{case}: one rank moves nothing, one GEMM of full depth"
                 continue
             smallest = min(k // grid[1], k // grid[0]) or k
-            if not on_gpu:
-                target = 512 if itemsize <= 2 else 256
-            else:
-                target = 4096 if itemsize <= 2 or smallest >= 16384 else 2048
+            target = (512 if itemsize <= 2 else 256) if not on_gpu else 8192
             assert 1 <= panel <= k, case
             assert panel <= target, case
             if smallest <= target:
@@ -140,39 +137,48 @@ def test_auto_panel_is_sane(on_gpu, grid):
             check_plan(layout, panel, summa_plan(layout, panel))
 
 
-# The panel sweep of docs/benchmarks.md (2 x H200, 2 ranks, grid 2x1, float64, 2026-11-29), TFLOP/s by
-# --panel; the rule must pick the fastest width, or one within 0.1 % of it.
-PANEL_SWEEP = {16384: {1024: 99.67, 2048: 102.01, 4096: 102.06},
-               32768: {1024: 100.31, 2048: 105.44, 4096: 109.46}}
+# The panel sweeps of docs/benchmarks.md (2 x H200, 2 ranks, grid 2x1), TFLOP/s by --panel; the rule
+# must pick the fastest width, or one within 0.1 % of it.  Keys: (n, itemsize, type).
+PANEL_SWEEP = {
+    (16384, 8, "float64"): {1024: 99.67, 2048: 102.01, 4096: 102.06, 8192: 103.54},
+    (32768, 8, "float64"): {1024: 100.31, 2048: 105.44, 4096: 109.46, 8192: 111.96},
+    (8192, 8, "float64"): {1024: 106.86, 2048: 109.66, 4096: 110.54},
+    (4096, 8, "float64"): {512: 77.25, 1024: 83.13, 2048: 91.27},
+    (16384, 4, "tf32"): {2048: 510.56, 4096: 538.98, 8192: 584.97},
+    (16384, 2, "float16"): {2048: 1275.24, 4096: 1341.37, 8192: 1342.62},
+    (32768, 2, "bfloat16"): {2048: 1252.97, 4096: 1327.50, 8192: 1359.50},
+}
 
 
-@pytest.mark.parametrize("n", sorted(PANEL_SWEEP))
-def test_auto_panel_takes_the_measured_best(n):
+@pytest.mark.parametrize("case", sorted(PANEL_SWEEP), ids=str)
+def test_auto_panel_takes_the_measured_best(case):
     """At the measured cases the default is the fastest measured width (within 0.1 %)."""
-    rates = PANEL_SWEEP[n]
-    panel = auto_panel(Layout(n, n, n, Grid(2, 1)), 8, on_gpu=True)
-    assert panel in rates, f"{n}: panel {panel} was not measured"
-    assert rates[panel] >= max(rates.values()) * 0.999, f"{n}: panel {panel} at {rates[panel]}, best {rates}"
+    n, itemsize, _ = case
+    rates = PANEL_SWEEP[case]
+    panel = auto_panel(Layout(n, n, n, Grid(2, 1)), itemsize, on_gpu=True)
+    assert panel in rates, f"{case}: panel {panel} was not measured"
+    assert rates[panel] >= max(rates.values()) * 0.999, f"{case}: panel {panel} at {rates[panel]}, best {rates}"
 
 
 @pytest.mark.parametrize("n,grid,itemsize,want", [
-    (32768, (2, 1), 8, 4096),   # measured: 109.46 at 4096 against 105.44 at 2048
-    (16384, (2, 1), 8, 2048),   # measured: equal within 0.05 %; the narrower keeps more steps to overlap
-    (32768, (1, 2), 8, 4096),   # the same blocks with the grid turned
-    (32768, (2, 1), 4, 4096),   # float32 / tf32: same rule, blocks of 16384
-    (32768, (4, 2), 8, 2048),   # 8 ranks: B's k blocks of 8192, too shallow for four 4096-wide panels
-    (16384, (2, 1), 2, 4096),   # 16-bit types keep 4096 (the check run's float16 16384 ran at 4096)
-    (8192, (2, 1), 2, 4096),
-    (4096, (2, 1), 8, 2048),    # the block (2048) itself
-    (32768, (2, 1), 16, 4096),  # complex128: same rule as every type wider than 16 bits
+    (32768, (2, 1), 8, 8192),   # blocks of 16384 in two steps (measured: 111.96 against 109.46 at 4096)
+    (16384, (2, 1), 8, 8192),   # whole blocks of 8192 (103.54 against 102.06 at 4096)
+    (32768, (1, 2), 8, 8192),   # the same blocks with the grid turned
+    (16384, (2, 1), 4, 8192),   # tf32 (585.0 against 510.6 at 2048)
+    (32768, (4, 2), 8, 8192),   # 8 ranks: B's k blocks of 8192, one step each
+    (16384, (4, 2), 8, 4096),   # 8 ranks: B's k blocks of 4096, one step each
+    (16384, (2, 1), 2, 8192),   # 16-bit types the same (float16 1342.6 at 8192, 1341.4 at 4096)
+    (4096, (2, 1), 8, 2048),    # the block (2048) itself (91.27 against 83.13 at 1024)
+    (65536, (2, 1), 16, 8192),  # complex128: blocks of 32768 in four steps
+    (30000, (2, 1), 8, 7500),   # blocks of 15000 in two equal steps, no sliver
 ])
 def test_auto_panel_rule_at_cases(n, grid, itemsize, want):
     assert auto_panel(Layout(n, n, n, Grid(*grid)), itemsize, on_gpu=True) == want
 
 
 def test_auto_panel_takes_the_target_for_weighted_blocks():
-    """Blocks of different depth (ranks sharing GPUs) take the target width, not an even split of the
-    smallest block: 5 ranks on 2 GPUs, float64 16384, ran 3-4 % faster at 2048 than at 1365."""
+    """Blocks of different depth (ranks sharing GPUs) take the weighted target width, not an even split of
+    the smallest block: 5 ranks on 2 GPUs, float64 16384, ran 3-4 % faster at 2048 than at 1365."""
     weights = (1 / 3, 1 / 2, 1 / 3, 1 / 2, 1 / 3)
     layout = Layout(16384, 16384, 16384, Grid(5, 1), weights)
     assert min(layout.extent(layout.b_k(r)) for r in range(5)) == 2730
@@ -180,18 +186,39 @@ def test_auto_panel_takes_the_target_for_weighted_blocks():
     steps = summa_plan(layout, 2048)
     assert steps[0].k0 == 0 and steps[-1].k1 == 16384 and max(s.width for s in steps) == 2048
     assert all(a.k1 == b.k0 for a, b in zip(steps, steps[1:]))
-    # equal weights keep the even split (the block's pieces differ by at most a column)
-    assert auto_panel(Layout(16384, 16384, 16384, Grid(6, 1), (1.0,) * 6), 8, on_gpu=True) == 1365
+    # equal weights keep whole blocks (2730 or 2731 deep: the smallest, in one step)
+    assert auto_panel(Layout(16384, 16384, 16384, Grid(6, 1), (1.0,) * 6), 8, on_gpu=True) == 2730
 
 
-def test_auto_panel_threshold_is_four_wide_panels():
-    """The wide panel starts exactly where the smallest k block holds four 4096-wide panels."""
-    below = Layout(64, 64, 2 * (16384 - 1), Grid(2, 1))
-    at = Layout(64, 64, 2 * 16384, Grid(2, 1))
-    assert auto_panel(below, 8, on_gpu=True) <= 2048
-    assert auto_panel(at, 8, on_gpu=True) == 4096
+def test_auto_panel_widest_caps_the_target():
+    """``widest`` narrows the target, and the blocks still split evenly under it."""
+    layout = Layout(16384, 16384, 16384, Grid(2, 1))   # blocks of 8192
+    assert [auto_panel(layout, 8, True, widest=w) for w in (None, 8192, 5000, 4096, 1000, 1)] == \
+        [8192, 8192, 4096, 4096, 911, 1]   # 8192 in 9 pieces under 1000
     # On a CPU the depth stays the BLAS's, whatever the block.
-    assert auto_panel(at, 8, on_gpu=False) == 256
+    assert auto_panel(Layout(64, 64, 2 * 16384, Grid(2, 1)), 8, on_gpu=False) == 256
+
+
+@pytest.mark.parametrize("on_gpu", [False, True])
+@pytest.mark.parametrize("grid", GRIDS)
+def test_panel_candidates_narrow_from_the_default(on_gpu, grid):
+    """The default first, then strictly narrower widths down to the fallback's end; each a valid plan's width."""
+    for k in (1, 300, 4097, 20000, 65536):
+        layout = Layout(64, 64, k, Grid(*grid))
+        for itemsize in (2, 8):
+            widths = panel_candidates([layout], itemsize, on_gpu)
+            assert widths[0] == auto_panel(layout, itemsize, on_gpu)
+            assert all(a > b for a, b in zip(widths, widths[1:])), widths
+            if grid != (1, 1):  # one rank takes the whole k: nothing moves, no ring
+                assert widths[-1] <= 256, widths
+            for width in widths:
+                check_plan(layout, width, summa_plan(layout, width))
+
+
+def test_panel_candidates_take_the_narrowest_layer():
+    """2.5D layers of different depth share one width: the narrowest auto_panel gives any of them."""
+    deep, shallow = Layout(64, 64, 16384, Grid(2, 1)), Layout(64, 64, 6000, Grid(2, 1))
+    assert panel_candidates([deep, shallow], 8, True)[0] == auto_panel(shallow, 8, True) == 3000
 
 
 def test_auto_panel_weighted_takes_the_smallest_block():
@@ -212,7 +239,7 @@ def test_auto_panel_gpu_is_deeper_than_cpu():
     layout = Layout(8192, 8192, 8192, Grid(2, 2))
     assert auto_panel(layout, 8, on_gpu=True) > auto_panel(layout, 8, on_gpu=False)
     assert auto_panel(layout, 2, on_gpu=True) >= auto_panel(layout, 8, on_gpu=True)
-    # Whole 4096-wide blocks split into equal panels: no sliver steps.
+    # Whole 4096-deep blocks in one step each: no sliver steps.
     steps = summa_plan(layout, auto_panel(layout, 8, on_gpu=True))
     assert len({s.width for s in steps}) == 1
 
@@ -288,5 +315,64 @@ def test_auto_panel_weighted_gives_a_valid_plan(rows, cols, k, data):
     panel = auto_panel(layout, 8, on_gpu=True)
     assert 1 <= panel <= k
     if rows * cols > 1:
-        assert panel <= 4096
+        assert panel <= 8192
     check_layout_plan(layout, panel, summa_plan(layout, panel))
+
+
+# -- the memory fallback (engine.widest_fitting) -----------------------------------------
+
+
+class _Gather:
+    """A communicator's allgather as one rank sees it: its own value first, then the others' (given)."""
+
+    def __init__(self, others=()):
+        self.others = list(others)
+
+    def allgather(self, mine):
+        return [mine, *self.others]
+
+
+class _NoCollective:
+    def allgather(self, mine):
+        raise AssertionError("one width needs no collective")
+
+
+def _fitting(widths, needs, free, node_others=(), world_others=(), device=0):
+    from types import SimpleNamespace
+
+    from hpcmm.engine import widest_fitting
+
+    topo = SimpleNamespace(node_comm=_Gather(node_others), comm=_Gather(world_others))
+    backend = SimpleNamespace(on_gpu=True, device_id=device, memory_info=lambda: (free, 2 * free))
+    return widest_fitting(topo, backend, widths, dict(zip(widths, needs)).__getitem__)
+
+
+def test_widest_fitting_takes_the_widest_that_fits():
+    widths = [8192, 4096, 2048, 1024]
+    assert _fitting(widths, [10, 6, 3, 2], free=100) == 8192
+    assert _fitting(widths, [10, 6, 3, 2], free=7) == 4096
+    assert _fitting(widths, [10, 6, 3, 2], free=3) == 2048
+    # none fits: the last, which the memory check then refuses with its figures
+    assert _fitting(widths, [10, 6, 3, 2], free=1) == 1024
+
+
+def test_widest_fitting_counts_the_ranks_of_one_device_together():
+    widths = [8192, 4096, 2048]
+    # a second rank on this device needs as much: 6 + 6 > 7, 3 + 3 <= 7
+    assert _fitting(widths, [10, 6, 3], free=7, node_others=[(0, [10, 6, 3])]) == 2048
+    # a rank on the other device does not count here
+    assert _fitting(widths, [10, 6, 3], free=7, node_others=[(1, [10, 6, 3])]) == 4096
+
+
+def test_widest_fitting_gives_every_rank_the_narrowest_any_device_needs():
+    """A rank elsewhere that only fits at the third width decides for all (its index is the largest)."""
+    assert _fitting([8192, 4096, 2048], [1, 1, 1], free=100, world_others=[2, 0]) == 2048
+
+
+def test_widest_fitting_with_one_width_is_local():
+    from types import SimpleNamespace
+
+    from hpcmm.engine import widest_fitting
+
+    topo = SimpleNamespace(node_comm=_NoCollective(), comm=_NoCollective())
+    assert widest_fitting(topo, SimpleNamespace(on_gpu=True), [256], lambda width: 1 << 60) == 256

@@ -16,10 +16,11 @@ asks the layout who owns an index of k.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from ..layout import Layout
 
-__all__ = ["Step", "auto_panel", "ring_depth", "summa_plan"]
+__all__ = ["Step", "auto_panel", "panel_candidates", "ring_depth", "summa_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,34 +90,35 @@ def summa_plan(layout: Layout, panel: int, ramp: bool = False) -> list[Step]:
     return steps
 
 
-def auto_panel(layout: Layout, itemsize: int, on_gpu: bool) -> int:
+def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None = None) -> int:
     """A panel width that keeps the GEMM efficient and leaves steps to overlap.
 
-    On a GPU the local GEMM needs a deep k (>= 1024) to run near the cuBLAS
-    rate; beyond a few thousand the gain is gone while fewer steps leave less
-    to overlap.  We also align to the k blocks, so that whole blocks split into
-    equal panels (no sliver steps).  On a CPU the BLAS saturates earlier.
+    On a GPU every step's GEMM reads and writes its C block once (``beta =
+    1``): a wide panel makes that pass a small part of the step, and fewer
+    steps cost fewer launches and synchronisations.  The rule, fitted to the
+    panel sweeps of docs/benchmarks.md (2 × H200, 2 ranks): aim at
+    :data:`GPU_PANEL` columns in every type, so that blocks up to 8192 deep go
+    in one step and deeper ones in equal pieces.  The ramp's narrow first
+    panels keep the first, exposed transfer small whatever the width.  On a
+    CPU the BLAS saturates earlier (256 columns, 512 in 16-bit types).
 
-    The GPU rule, fitted to the panel sweep of docs/benchmarks.md (2 × H200,
-    float64, grid 2×1): 4096 columns where the smallest k block holds at least
-    four of them (:data:`WIDE_PANEL_MIN_BLOCK`), else 2048; 16-bit types 4096
-    always.  Each step reads and writes C once (``beta = 1``), a cost that a
-    wider panel halves; the ramp's narrow first panels and the sliver at the
-    block's end grow with the panel, and only a deep block pays them back.
-    A four-panel block also caps the ring of panel buffers at the share of the
-    local operands that 2048-wide panels take in 8192-deep blocks.
+    Blocks of different depth (a weighted layout, ranks sharing GPUs) take
+    :data:`WEIGHTED_GPU_PANEL`: no width splits them all evenly, and an even
+    split of the smallest is an odd width that every step's GEMM runs at (5
+    ranks on 2 × H200, float64 16384: 2048 ran 3–4 % faster than 1365).
 
-    Blocks of different depth (a weighted layout, ranks sharing GPUs) take the
-    target width itself: no width splits them all evenly, and an even split of
-    the smallest is an odd width that every step's GEMM runs at (5 ranks on
-    2 × H200, float64 16384: 2048 ran 3–4 % faster than 1365).
+    ``widest`` caps the target: the engine narrows the panel this way where
+    the ring of panel buffers does not fit in memory at the default width
+    (:func:`panel_candidates`).
 
     Examples
     --------
     >>> from hpcmm.layout import Grid, Layout
-    >>> auto_panel(Layout(32768, 32768, 32768, Grid(2, 1)), 8, on_gpu=True)   # B's k blocks 16384
-    4096
-    >>> auto_panel(Layout(16384, 16384, 16384, Grid(2, 1)), 8, on_gpu=True)   # blocks of 8192
+    >>> auto_panel(Layout(32768, 32768, 32768, Grid(2, 1)), 8, on_gpu=True)   # B's k blocks 16384: two steps each
+    8192
+    >>> auto_panel(Layout(16384, 16384, 16384, Grid(2, 1)), 4, on_gpu=True)   # blocks of 8192: one step each
+    8192
+    >>> auto_panel(Layout(16384, 16384, 16384, Grid(2, 1)), 8, on_gpu=True, widest=2048)
     2048
     """
     if layout.grid.size == 1:
@@ -126,33 +128,70 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool) -> int:
     a_depths = [layout.extent(layout.a_k(c)) for c in range(grid.cols)]
     b_depths = [layout.extent(layout.b_k(r)) for r in range(grid.rows)]
     smallest_block = max(1, min(a_depths + b_depths) or layout.k)
-    target = _panel_target(smallest_block, itemsize, on_gpu)
+    weighted = max(a_depths) - min(a_depths) > 1 or max(b_depths) - min(b_depths) > 1
+    target = _panel_target(itemsize, on_gpu, weighted)
+    if widest is not None:
+        target = max(1, min(target, widest))
     if smallest_block <= target:
         return max(1, smallest_block)
-    if max(a_depths) - min(a_depths) > 1 or max(b_depths) - min(b_depths) > 1:
-        # Weighted blocks (ranks sharing GPUs) differ in depth, so no one width splits them all
-        # evenly; an even split of the smallest is an odd width that every GEMM then runs at.
-        # Measured (float64 16384, 5 ranks on 2 GPUs, blocks 2730 and 4096 deep): 2048 ran at
-        # 88.53 TFLOP/s against 85.98 at 1365 under MPS, 80.78 against 77.68 time-sliced.
+    if weighted:
+        # Weighted blocks differ in depth, so no one width splits them all evenly; an even split of
+        # the smallest is an odd width that every GEMM then runs at.  Measured (float64 16384, 5 ranks
+        # on 2 GPUs, blocks 2730 and 4096 deep): 2048 ran at 88.53 TFLOP/s against 85.98 at 1365
+        # under MPS, 80.78 against 77.68 time-sliced.
         return target
     # Split the block into equal pieces no wider than the target.
     pieces = -(-smallest_block // target)
     return -(-smallest_block // pieces)
 
 
-#: The smallest k block (columns) from which a GPU takes 4096-wide panels in types wider than 16 bits:
-#: four whole panels.  Measured (float64, 2 ranks): blocks of 16384 ran 3.8 % faster at 4096 than at
-#: 2048 (109.46 against 105.44 TFLOP/s), blocks of 8192 the same within 0.05 % (102.06, 102.01).
-WIDE_PANEL_MIN_BLOCK = 4 * 4096
+#: The panel width a GPU aims at, in every type.  Measured on 2 × H200 at 2 ranks (TFLOP/s by --panel
+#: 2048 / 4096 / 8192): tf32 16384 510.6 / 539.0 / 585.0, float16 16384 1275.2 / 1341.4 / 1342.6,
+#: bfloat16 32768 1253.0 / 1327.5 / 1359.5, float64 8192 109.7 / 110.5 (4096 = the whole block),
+#: float64 16384 102.0 / 102.2 / 103.5, float64 32768 105.4 / 110.3 / 112.0.
+GPU_PANEL = 8192
+
+#: The GPU's width for weighted layouts (blocks of different depth): the measured 5-rank case above.
+WEIGHTED_GPU_PANEL = 2048
+
+#: The narrowest width the memory fallback tries (:func:`panel_candidates`) before the problem is refused.
+NARROWEST_FALLBACK = 256
 
 
-def _panel_target(smallest_block: int, itemsize: int, on_gpu: bool) -> int:
+def _panel_target(itemsize: int, on_gpu: bool, weighted: bool) -> int:
     """The widest panel :func:`auto_panel` aims at, before it splits blocks evenly."""
     if not on_gpu:
         return 512 if itemsize <= 2 else 256
-    if itemsize <= 2 or smallest_block >= WIDE_PANEL_MIN_BLOCK:
-        return 4096
-    return 2048
+    return WEIGHTED_GPU_PANEL if weighted else GPU_PANEL
+
+
+def panel_candidates(layouts: Sequence[Layout], itemsize: int, on_gpu: bool) -> list[int]:
+    """:func:`auto_panel`'s width first, then narrower ones, for a panel ring that does not fit in memory.
+
+    One width serves every layout (the 2.5D layers' plans line up): the
+    narrowest :func:`auto_panel` gives them.  Each further candidate halves
+    the cap of the one before (down to :data:`NARROWEST_FALLBACK`); the engine
+    keeps the first that fits, so a problem that fits with narrow panels still
+    runs, and the default is the fastest width where memory allows.
+
+    Examples
+    --------
+    >>> from hpcmm.layout import Grid, Layout
+    >>> panel_candidates([Layout(16384, 16384, 16384, Grid(2, 1))], 8, on_gpu=True)
+    [8192, 4096, 2048, 1024, 512, 256]
+    >>> panel_candidates([Layout(4096, 4096, 4096, Grid(2, 1))], 8, on_gpu=False)
+    [256]
+    """
+    def width(cap: int | None) -> int:
+        return min(auto_panel(layout, itemsize, on_gpu, widest=cap) for layout in layouts)
+
+    widths = [width(None)]
+    cap = widths[0]
+    while cap > NARROWEST_FALLBACK:
+        cap = max(NARROWEST_FALLBACK, cap // 2)
+        if width(cap) < widths[-1]:
+            widths.append(width(cap))
+    return widths
 
 
 def ring_depth(prefetch: int, spans_nodes: bool) -> int:
