@@ -138,6 +138,18 @@ def check_memory(topo, backend, needed: int, problem: str) -> int:
     return total
 
 
+def gpus_shared(topo, backend) -> bool:
+    """Collective: whether any GPU of the job holds several ranks (the same answer on every rank).
+
+    The panel rule narrows there (:func:`~hpcmm.algorithms.auto_panel`); every
+    rank must take the same width, so one shared GPU anywhere decides for all.
+    """
+    if not backend.on_gpu:
+        return False
+    devices = topo.node_comm.allgather(backend.device_id)
+    return max(topo.comm.allgather(max(devices.count(device) for device in devices))) > 1
+
+
 def widest_fitting(topo, backend, widths: list[int], needed) -> int:
     """Collective: the first of ``widths`` (widest first) at which every device holds what its ranks need.
 
@@ -199,8 +211,8 @@ class Engine:
         if config.panel is not None:
             self.panel = config.panel
         else:  # the default width, or a narrower one where its panel ring would not fit
-            self.panel = widest_fitting(topo, backend, panel_candidates([layout], self.dtype.itemsize, backend.on_gpu),
-                                        self.needed_bytes)
+            widths = panel_candidates([layout], self.dtype.itemsize, backend.on_gpu, shared=gpus_shared(topo, backend))
+            self.panel = widest_fitting(topo, backend, widths, self.needed_bytes)
         if self.panel > layout.k:  # the same verdict on every rank
             agree(topo.comm, InputError(f"{config.origin('panel')}={self.panel}: wider than k={layout.k}"))
         # Before the plan: a huge k must be refused, not planned step by step.

@@ -36,7 +36,7 @@ from mpi4py import MPI
 from .algorithms import panel_candidates, ring_depth
 from .algorithms.layers import LayeredLayout, Layers
 from .config import RunConfig
-from .engine import Engine, IterationTimes, check_memory, memory_needed, widest_fitting
+from .engine import Engine, IterationTimes, check_memory, gpus_shared, memory_needed, widest_fitting
 from .errors import InputError, agree, collective_setup, raised_everywhere
 from .gemm_orders import gemm_order, scratch_slots
 from .layout import Grid
@@ -101,7 +101,8 @@ class LayeredEngine:
         # narrower one where its panel rings would not fit.
         layer_layouts = [self.layout.layer_layout(layer) for layer in range(layers.count)]
         self.panel = config.panel if config.panel is not None else widest_fitting(
-            topo, backend, panel_candidates(layer_layouts, self.dtype.itemsize, backend.on_gpu), self.needed_bytes)
+            topo, backend, panel_candidates(layer_layouts, self.dtype.itemsize, backend.on_gpu,
+                                            shared=gpus_shared(topo, backend)), self.needed_bytes)
         narrowest = min(layer_layout.k for layer_layout in layer_layouts)
         if self.panel > narrowest:  # the same verdict on every rank; said before the layer engines say less
             agree(topo.comm, InputError(

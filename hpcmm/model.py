@@ -558,7 +558,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     isz = problem.itemsize
     pl = place(ranks, machine, ranks_per_node, ranks_per_host)
     if panel is None:  # the engine's choice: the default width, or the widest narrower one that fits
-        widths = panel_candidates([layout], isz, on_gpu)
+        widths = panel_candidates([layout], isz, on_gpu, shared=on_gpu and int(pl.sharers.max()) > 1)
         panel = next((w for w in widths if _fits(problem, grid, w, prefetch, machine, int(pl.sharers.max()))),
                      widths[-1])
     if panel > problem.k:

@@ -376,3 +376,30 @@ def test_widest_fitting_with_one_width_is_local():
 
     topo = SimpleNamespace(node_comm=_NoCollective(), comm=_NoCollective())
     assert widest_fitting(topo, SimpleNamespace(on_gpu=True), [256], lambda width: 1 << 60) == 256
+
+
+def test_shared_gpus_take_the_narrow_target():
+    """Ranks sharing GPUs aim at 2048 (8 ranks on 2 GPUs under MPS: 2048 ran 2 % faster than 4096),
+    splitting blocks evenly under it; without sharing the same layout takes whole 4096-deep blocks."""
+    layout = Layout(16384, 16384, 16384, Grid(4, 2))   # B's k blocks 4096, A's 8192
+    assert auto_panel(layout, 8, on_gpu=True) == 4096
+    assert auto_panel(layout, 8, on_gpu=True, shared=True) == 2048
+    assert panel_candidates([layout], 8, True, shared=True)[0] == 2048
+    # On a CPU sharing changes nothing.
+    assert auto_panel(layout, 8, on_gpu=False, shared=True) == auto_panel(layout, 8, on_gpu=False)
+
+
+def test_gpus_shared_is_one_answer_for_every_rank():
+    """One GPU with two ranks anywhere makes every rank narrow (their plans must agree)."""
+    from types import SimpleNamespace
+
+    from hpcmm.engine import gpus_shared
+
+    def ask(node_devices, world_counts, device=0, on_gpu=True):
+        topo = SimpleNamespace(node_comm=_Gather(node_devices), comm=_Gather(world_counts))
+        return gpus_shared(topo, SimpleNamespace(on_gpu=on_gpu, device_id=device))
+
+    assert ask([1], []) is False                    # two ranks, one per GPU
+    assert ask([0], []) is True                     # two ranks on GPU 0
+    assert ask([], [2]) is True                     # this rank's GPU alone, another node's shared
+    assert ask([0], [], on_gpu=False) is False      # CPUs: no panel narrowing
