@@ -14,6 +14,12 @@ Three modes (``--balance``):
     shared GPU compete as they will in the run; the weights follow the rates.
     Balances GPUs of different models, and what sharing really gives (under
     MPS two ranks on one GPU may together do more than one).
+``product``
+    The rate each rank reaches in a whole product: one untimed product with
+    the ``share`` blocks after one warm-up, each rank's flops over its GEMM
+    time, then the blocks follow those rates (:func:`product_rate`).  Sees
+    what a GEMM timing does not: the turns of time-sliced contexts, three
+    MPS clients against two, the smaller GEMMs of a smaller block.
 ``none``
     Equal weights: equal blocks, as without balancing.
 
@@ -53,6 +59,7 @@ __all__ = [
     "gather_balance",
     "gemm_rate",
     "measured_weights",
+    "product_rate",
     "ranks_per_device",
     "share_weights",
     "weights_for",
@@ -171,9 +178,29 @@ def weights_for(mode: str, devices: Sequence[Hashable], rates: Sequence[float] |
         if len(rates) != len(devices):
             raise ValueError(f"{len(rates)} GEMM rates for {len(devices)} ranks")
         return measured_weights(rates)
+    if mode == "product":  # the first product runs with the share weights; its rates give the next ones
+        return share_weights(devices) if rates is None else weights_for("measured", devices, rates)
     if mode == "none":
         return equal_weights(len(devices))
     raise ValueError(f"--balance={mode!r}: expected one of {', '.join(MODES)}")
+
+
+def product_rate(flops: float, gemm_seconds: float) -> float:
+    """A rank's rate in a product (``--balance product``): its flops over the time its GEMMs took.
+
+    The GEMM time, not the product's: a rank that waits for a slow rank's
+    panel is not slow itself.  On a time-sliced GPU a GEMM's span includes the
+    other contexts' turns, so the rate is what the rank gets while they work.
+    NaN where the rank did no work (an empty block): it cannot be weighed.
+
+    Examples
+    --------
+    >>> product_rate(2e12, 0.5)
+    4000000000000.0
+    """
+    if flops <= 0 or not gemm_seconds > 0:
+        return float("nan")
+    return float(flops) / float(gemm_seconds)
 
 
 def gemm_rate(backend, dtype: str, size: int = 2048, window: float = 0.25, batch: int = 2,
@@ -252,7 +279,8 @@ class Balance:
     ranks_per_device : tuple of int
         For each rank, how many ranks share its device.
     rates : tuple of float or None
-        Measured GEMM rates in flop/s (``measured`` only).
+        Measured rates in flop/s: the GEMM timing's (``measured``) or the
+        untimed product's (``product``, once it ran).
     """
 
     mode: str

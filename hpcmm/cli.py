@@ -162,7 +162,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--balance", choices=BALANCE_MODES,
                    help="block sizes follow each rank's weight: share (1 / the ranks on its GPU, or on its "
                         "host's CPU), measured (its rate in a short GEMM timing on every rank at start-up), "
-                        f"none (equal blocks) {_default('balance')}")
+                        "product (its rate in an untimed product with the share blocks: time slicing, MPS and "
+                        f"block shapes included), none (equal blocks) {_default('balance')}")
     g = p.add_argument_group("measurement and output")
     g.add_argument("--warmup", type=_int("--warmup", 0), metavar="W", help=f"untimed products {_default('warmup')}")
     g.add_argument("--iters", type=_int("--iters"), metavar="I", help=f"timed products {_default('iters')}")

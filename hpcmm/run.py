@@ -23,7 +23,8 @@ from mpi4py import MPI
 from . import h5io
 from .algo_choice import Choice, Placed, choose
 from .algorithms.layers import Layers
-from .arrangement import Arrangement, arrange
+from .arrangement import Arrangement, arrange, arrangement_for
+from .balance import product_rate, weights_for
 from .backend import host_memory
 from .clock import SharedClock, product_window
 from .config import RunConfig
@@ -34,7 +35,7 @@ from .layered import LayeredEngine, node_ranks
 from .layout import Layout, predicted_imbalance
 from .metadata import topology_row, versions
 from .placement import arranged, placement
-from .summary import gathered_figures, summary_figures
+from .summary import gathered_figures, product_flops, summary_figures
 from .threads import attributes as blas_attributes
 from .threads import limit_blas_threads
 from .transport import PATHS, CudaAwareness, decide
@@ -80,6 +81,9 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
             say(awareness.hint)
         if choice.layers is not None:  # 2.5D layers take near-equal blocks in launch order
             arrangement = dataclasses.replace(arrangement, order=tuple(range(launch.size)), weighted=False)
+        elif config.balance == "product" and launch.size > 1:
+            arrangement = _balance_by_product(launch, backend, config, shape, arrangement, awareness.aware, choice,
+                                              nodes, sources, say)
         with _engine(launch, backend, config, shape, arrangement, awareness.aware, choice, nodes) as engine:
             topo = engine.topo
             _check_bookkeeping(topo, engine, config)
@@ -164,6 +168,33 @@ def _engine(launch, backend, config: RunConfig, shape, arrangement: Arrangement,
             check_full_size(*shape, config.dtype)
     with LayeredEngine(launch, backend, config, shape, Layers.build(nodes, choice.layers), aware) as engine:
         yield engine
+
+
+def _balance_by_product(launch, backend, config: RunConfig, shape, arrangement: Arrangement, aware: bool,
+                        choice: Choice, nodes, sources, say) -> Arrangement:
+    """Collective: ``--balance product``: the arrangement whose blocks follow each rank's rate in a product.
+
+    With the ``share`` blocks (``arrangement``), one warm-up product and one
+    measured, both untimed for the results; a rank's rate is its flops over its
+    GEMM time (:func:`~hpcmm.balance.product_rate`), and the blocks of the
+    timed products follow those rates.  Where some rank did no work (an empty
+    block) nothing can be weighed, and the ``share`` blocks stay.
+    """
+    with _engine(launch, backend, config, shape, arrangement, aware, choice, nodes) as engine:
+        _load_inputs(engine, config, sources, lambda message: None)
+        for _ in range(2):  # the first loads kernels and maps the peers' buffers; the second is timed
+            engine.topo.comm.Barrier()
+            times = engine.multiply()
+        flops = product_flops(engine.m_loc, engine.n_loc, engine.layout.k, config.dtype)
+        rate = product_rate(flops, float(times.steps[:, 0].sum()))
+    rates = tuple(launch.comm.allgather(rate))
+    if not all(np.isfinite(rates)):
+        say("balance product: some rank did no work in the untimed product; the blocks stay the share blocks")
+        return arrangement
+    balance = dataclasses.replace(arrangement.balance, weights=weights_for("product", arrangement.balance.devices,
+                                                                          rates), rates=rates)
+    with collective(launch.comm):  # the same inputs everywhere, so the same verdict
+        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu)
 
 
 def _layout(topo, config: RunConfig, shape: tuple[int, int, int], arrangement: Arrangement) -> Layout:

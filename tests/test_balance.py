@@ -7,6 +7,7 @@ The collective part (:func:`hpcmm.balance.gather_balance`) runs under MPI in
 from __future__ import annotations
 
 import doctest
+import math
 
 import numpy as np
 import pytest
@@ -36,7 +37,7 @@ def test_module_doctests():
 
 
 def test_modes():
-    assert MODES == ("share", "measured", "none") and DEFAULT_MODE == "share"
+    assert MODES == ("share", "measured", "product", "none") and DEFAULT_MODE == "share"
 
 
 # -- share --------------------------------------------------------------------
@@ -132,7 +133,7 @@ def test_weights_for_each_mode():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: weights_for("fastest", ["a"]), "--balance='fastest': expected one of share, measured, none"),
+    (lambda: weights_for("fastest", ["a"]), "--balance='fastest': expected one of share, measured, product, none"),
     (lambda: weights_for("measured", ["a", "b"]), "needs the measured GEMM rates"),
     (lambda: weights_for("measured", ["a", "b"], [1.0]), "1 GEMM rates for 2 ranks"),
     (lambda: share_weights([]), "no devices"),
@@ -214,3 +215,17 @@ def test_gemm_rate_on_the_cpu_is_a_rate():
 def test_gemm_rate_refuses_empty_timings(size, window, batch):
     with pytest.raises(ValueError, match="positive size, window and batch"):
         gemm_rate(CpuBackend(), "float64", size=size, window=window, batch=batch)
+
+
+# -- product -------------------------------------------------------------------
+
+
+def test_product_weights_are_share_first_then_the_rates():
+    from hpcmm.balance import product_rate
+
+    assert weights_for("product", ["a", "b", "a"]) == (0.5, 1.0, 0.5)
+    assert weights_for("product", ["a", "b", "a"], [1e12, 4e12, 2e12]) == (0.25, 1.0, 0.5)
+    assert product_rate(8e12, 2.0) == 4e12
+    assert math.isnan(product_rate(0.0, 1.0)) and math.isnan(product_rate(1e9, 0.0))
+    with pytest.raises(ValueError, match="rank 1 measured a GEMM rate of nan"):
+        weights_for("product", ["a", "b"], [1e12, product_rate(0.0, 0.0)])

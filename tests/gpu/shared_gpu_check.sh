@@ -4,8 +4,8 @@
 #   bash tests/gpu/shared_gpu_check.sh        (a node with 2 GPUs; about 10 minutes)
 #
 # For each of "no MPS" and "MPS" it runs float64 16384 (one call each) at 2, 3, 5 and 8 ranks
-# with the default balance, and at 3, 5 and 8 ranks with --balance none and --balance measured;
-# an uneven product, fully verified, at 3, 5 and 8 ranks (default and measured balance); and
+# with the default balance, and at 3, 5 and 8 ranks with --balance none, measured and product;
+# an uneven product, fully verified, at 3, 5 and 8 ranks (default, measured and product balance); and
 # tests/gpu/shared_gpu_probe.py at 3 ranks (MPS seen as expected, weighted product right).
 # The MPS daemon gets its own pipe and log directories under /tmp; it is started before the
 # MPS runs (its start is timed) and stopped after them, on success and on failure (trap).
@@ -15,8 +15,8 @@
 #
 #   SHARED_N (default 16384), SHARED_RANKS ("2 3 5 8"), SHARED_TIMEOUT (s per run, 300),
 #   SHARED_UNEVEN ("10007 6001 3001"), SHARED_PHASES ("off on"), SHARED_BALANCES (the other
-#   balances run at 16384 beside the default: "none measured"; "" for none) and SHARED_UNEVEN_BALANCES
-#   (the balances of the verified uneven product: "default measured") tune it.
+#   balances run at 16384 beside the default: "none measured product"; "" for none) and SHARED_UNEVEN_BALANCES
+#   (the balances of the verified uneven product: "default measured product") tune it.
 #
 # Expects the kit of ../shared/device in .device/ (sourced in `system` mode) when it is there.
 # Logs, HDF5 files and the daemon's logs go to $OUT (or /tmp/hpcmm-shared); the table is
@@ -90,7 +90,7 @@ record() {  # record MPS RANKS BALANCE CASE STATUS TFLOPS VERIFIED IMBALANCE DET
   echo "$*" >> "$table"
 }
 
-# run_case MPS RANKS BALANCE(default|none|measured) CASE -- hpcmm options...
+# run_case MPS RANKS BALANCE(default|none|measured|product) CASE -- hpcmm options...
 run_case() {
   local mps=$1 ranks=$2 balance=$3 name=$4; shift 5
   local out=$work/$mps-n$ranks-$balance-$name.h5 rc facts
@@ -181,13 +181,13 @@ for phase in ${SHARED_PHASES:-off on}; do
   done
   for ranks in $RANKS; do
     [ "$ranks" -gt 2 ] || continue
-    for balance in ${SHARED_BALANCES-none measured}; do
+    for balance in ${SHARED_BALANCES-none measured product}; do
       run_case "$phase" "$ranks" "$balance" "$N" -- --m "$N" --n "$N" --k "$N"
     done
   done
   for ranks in $RANKS; do
     [ "$ranks" -gt 2 ] || continue
-    for balance in ${SHARED_UNEVEN_BALANCES-default measured}; do
+    for balance in ${SHARED_UNEVEN_BALANCES-default measured product}; do
       run_case "$phase" "$ranks" "$balance" uneven -- --m "$UM" --n "$UN" --k "$UK" --verify full
     done
   done

@@ -135,6 +135,51 @@ def test_measured_balance_gives_the_right_product(mpi_tmp_path, ranks_per_node):
     everywhere(result.summary["balance"] == "measured", f"{result.summary.get('balance')}")
 
 
+# -- product: the rates of an untimed product ----------------------------------------------
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("ranks_per_node", [None, 1])
+def test_product_balance_gives_the_right_product(mpi_tmp_path, ranks_per_node):
+    """Each rank's rate in an untimed product with the share blocks: the weights follow it, C is right."""
+    result = run(mpi_tmp_path, "product", balance="product", ranks_per_node=ranks_per_node)
+    path = mpi_tmp_path / "product.h5"
+
+    def check():
+        check_product(path)
+        record = check_record(path, "product")
+        rates = [float(r) for r in record["topology"]["gemm_rate"]]
+        if P == 1:  # one rank: nothing to balance, no product run before the timed ones
+            assert record["weights"] == (1.0,) and all(math.isnan(r) for r in rates), (record, rates)
+            return
+        assert max(record["weights"]) == 1.0, record["weights"]
+        assert all(math.isfinite(r) and r > 0 for r in rates), rates
+        assert all(math.isclose(w, r / max(rates)) for w, r in zip(record["weights"], rates)), (rates, record)
+
+    on_rank0(check)
+    everywhere(result.summary["balance"] == "product", f"{result.summary.get('balance')}")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_product_rates_decide_the_blocks(mpi_tmp_path, monkeypatch):
+    """Rates 4 : 1 : 3 : 2 from the untimed product: the timed products' blocks follow them."""
+    import importlib
+
+    run_module = importlib.import_module("hpcmm.run")  # the module (hpcmm.run is also the function's name)
+    monkeypatch.setattr(run_module, "product_rate", lambda flops, seconds: RATES[RANK % len(RATES)])
+    run(mpi_tmp_path, "rates", balance="product")
+    m, n, k = shape()
+
+    def check():
+        check_product(mpi_tmp_path / "rates.h5")
+        record = check_record(mpi_tmp_path / "rates.h5", "product")
+        expected = tuple(RATES[i % len(RATES)] / max(RATES[:P]) for i in record["order"])
+        assert record["weights"] == pytest.approx(expected, rel=1e-12), (record["weights"], expected)
+        assert record["sizes"] != Layout(m, n, k, record["grid"]).block_sizes(), record["sizes"]
+
+    on_rank0(check)
+
+
 # -- unequal rates: the weights really differ -------------------------------------------
 
 
