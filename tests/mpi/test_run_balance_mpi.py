@@ -108,6 +108,14 @@ def check_record(path: Path, mode: str) -> dict:
     return record
 
 
+def check_weights_follow_rates(record: dict) -> None:
+    """Rank 0: every rank's recorded rate is positive, and its weight is that rate over the fastest's."""
+    assert max(record["weights"]) == 1.0, record["weights"]  # the fastest rank's rate over itself
+    rates = [float(r) for r in record["topology"]["gemm_rate"]]
+    assert all(math.isfinite(r) and r > 0 for r in rates), rates
+    assert all(math.isclose(w, r / max(rates)) for w, r in zip(record["weights"], rates)), (rates, record)
+
+
 def fixed_rates(monkeypatch) -> None:
     """Replace the GEMM timing: launch rank ``r`` reports ``RATES[r % 4]`` flop/s."""
     monkeypatch.setattr(balance_module, "gemm_rate", lambda backend, dtype, **kwargs: RATES[RANK % len(RATES)])
@@ -125,11 +133,7 @@ def test_measured_balance_gives_the_right_product(mpi_tmp_path, ranks_per_node):
 
     def check():
         check_product(path)
-        record = check_record(path, "measured")
-        assert max(record["weights"]) == 1.0, record["weights"]  # the fastest rank's rate over itself
-        rates = [float(r) for r in record["topology"]["gemm_rate"]]
-        assert all(math.isfinite(r) and r > 0 for r in rates), rates
-        assert all(math.isclose(w, r / max(rates)) for w, r in zip(record["weights"], rates)), (rates, record)
+        check_weights_follow_rates(check_record(path, "measured"))
 
     on_rank0(check)
     everywhere(result.summary["balance"] == "measured", f"{result.summary.get('balance')}")
@@ -148,13 +152,11 @@ def test_product_balance_gives_the_right_product(mpi_tmp_path, ranks_per_node):
     def check():
         check_product(path)
         record = check_record(path, "product")
-        rates = [float(r) for r in record["topology"]["gemm_rate"]]
         if P == 1:  # one rank: nothing to balance, no product run before the timed ones
+            rates = [float(r) for r in record["topology"]["gemm_rate"]]
             assert record["weights"] == (1.0,) and all(math.isnan(r) for r in rates), (record, rates)
             return
-        assert max(record["weights"]) == 1.0, record["weights"]
-        assert all(math.isfinite(r) and r > 0 for r in rates), rates
-        assert all(math.isclose(w, r / max(rates)) for w, r in zip(record["weights"], rates)), (rates, record)
+        check_weights_follow_rates(record)
 
     on_rank0(check)
     everywhere(result.summary["balance"] == "product", f"{result.summary.get('balance')}")
