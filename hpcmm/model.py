@@ -1338,12 +1338,7 @@ def _time_gemm(backend, comm, m, n, w, dtype, acc, seconds: float) -> float:
     from mpi4py import MPI  # noqa: PLC0415
 
     np_dtype = "float32" if dtype == "tf32" else dtype
-    # Data as the run's (uniform in [-1, 1), every mantissa bit random), drawn on the device: a GPU's
-    # clock under load follows the power its data draws, and with non-negative data in [0, 1) this
-    # sweep fitted float16 at 950-1116 TFLOP/s per H200, where products of hpcmm's data hold about 650.
-    xp = backend.xp
-    a = xp.asfortranarray((xp.random.random((m, w)) * 2 - 1).astype(np_dtype))
-    b = xp.ascontiguousarray((xp.random.random((w, n)) * 2 - 1).astype(np_dtype))
+    a, b = sweep_operands(backend.xp, m, n, w, dtype, backend.on_gpu)
     c = backend.empty((m, n), np_dtype)
     c.fill(0)
     stream = getattr(backend, "compute_stream", None)
@@ -1362,6 +1357,40 @@ def _time_gemm(backend, comm, m, n, w, dtype, acc, seconds: float) -> float:
     times = [batch(calls) for _ in range(SWEEP_BATCHES)]
     del a, b, c
     return float(np.median(times))
+
+
+def sweep_operands(xp, m: int, n: int, w: int, dtype: str, on_gpu: bool = True):
+    """A (m × w) and B (w × n) of a sweep sample, in the memory orders the run's GEMM takes for ``dtype``.
+
+    The orders of :func:`hpcmm.gemm_orders.gemm_order`: stored (A column-major,
+    B row-major) for most types, both row-major for tf32, whose panels the
+    engine re-lays out because cuBLAS's kernels for a column-major A run at
+    about 60 % of the row-major ones.  Timing tf32 in the stored order fitted
+    a curve of about 235 TFLOP/s to products whose steps ran at 394.
+
+    Data as the run's (uniform in [-1, 1), every mantissa bit random), drawn on
+    the device: a GPU's clock under load follows the power its data draws, and
+    with non-negative data in [0, 1) this sweep fitted float16 at 950-1116
+    TFLOP/s per H200, where products of hpcmm's data hold about 650.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a, b = sweep_operands(np, 4, 3, 2, "tf32")
+    >>> a.flags.c_contiguous, b.flags.c_contiguous, a.dtype.name
+    (True, True, 'float32')
+    >>> a, b = sweep_operands(np, 4, 3, 2, "float64")
+    >>> a.flags.f_contiguous, b.flags.c_contiguous
+    (True, True)
+    """
+    np_dtype = "float32" if dtype == "tf32" else dtype
+    order = gemm_order(np_dtype, tf32=dtype == "tf32", on_gpu=on_gpu)
+
+    def draw(shape, layout):
+        data = (xp.random.random(shape) * 2 - 1).astype(np_dtype)
+        return xp.asfortranarray(data) if layout == "F" else xp.ascontiguousarray(data)
+
+    return draw((m, w), order[0]), draw((w, n), order[1])
 
 
 def _time_copy(backend, comm) -> float:

@@ -683,3 +683,47 @@ def test_model_narrows_the_panel_where_the_ring_does_not_fit():
     tight = machine.replace(memory_gib=(need[4096] + need[8192]) / 2 / 2**30)
     narrowed = predict(problem, 2, tight)
     assert narrowed.panel == 4096 and math.isfinite(narrowed.seconds)
+
+
+# The per-type panel sweep of 2026-11-30 (tests/gpu/speed_check.sh panels; the last row from the third
+# speed run), 2 ranks on one node over IPC, system MPI: (type, n = m = k, --panel, measured seconds).
+# Predicted with that day's description (h200x2-2026-11-30-system-c.json), whose tf32 curve was not
+# measured: the built-in h200x2's (hpcmm's GEMM call in the order tf32 runs, A row-major) stands in.
+MEASURED_SWEEP_1130 = [
+    ("float64", 16384, 8192, 0.084957),  # -6.7 %
+    ("float64", 32768, 8192, 0.628541),  # -1.2 %
+    ("float64", 4096, 1024, 0.001653),  # -5.5 %
+    ("float64", 4096, 2048, 0.001506),  # +1.6 %
+    ("float64", 4096, 512, 0.001779),  # -3.6 %
+    ("float64", 8192, 1024, 0.010290),  # +9.8 %
+    ("float64", 8192, 2048, 0.010026),  # +7.1 %
+    ("float64", 8192, 4096, 0.009947),  # +5.5 %
+    ("bfloat16", 32768, 2048, 0.056162),  # +10.7 %
+    ("bfloat16", 32768, 4096, 0.053009),  # +7.9 %
+    ("bfloat16", 32768, 8192, 0.051761),  # +5.8 %
+    ("float16", 16384, 2048, 0.006898),  # +6.0 %
+    ("float16", 16384, 4096, 0.006558),  # +2.5 %
+    ("float16", 16384, 8192, 0.006551),  # -0.2 %
+    ("tf32", 16384, 2048, 0.017228),  # -10.2 %
+    ("tf32", 16384, 4096, 0.016320),  # -12.8 %
+    ("tf32", 16384, 8192, 0.015037),  # -8.2 %
+    ("float64", 32768, 4096, 0.633111),  # -0.6 %
+]
+
+
+@pytest.mark.parametrize("dtype,n,panel,seconds", MEASURED_SWEEP_1130)
+def test_panel_sweep_within_15_percent(dtype, n, panel, seconds):
+    machine = _machine_1130("system-c")
+    machine = machine.replace(gemm={**machine.gemm, "tf32": builtin("h200x2").gemm["tf32"]})
+    p = predict(Problem(n, n, n, dtype), 2, machine, panel=panel, ranks_per_host=2)
+    assert abs(p.seconds / seconds - 1) <= 0.15, (dtype, n, panel, p.seconds, seconds)
+
+
+def test_sweep_times_tf32_in_the_order_the_run_takes():
+    """tf32's curve must come from the GEMM the run calls (A re-laid out row-major), not the stored order."""
+    from hpcmm.gemm_orders import gemm_order
+
+    a, b = model.sweep_operands(np, 6, 5, 4, "tf32", on_gpu=True)
+    assert gemm_order("float32", tf32=True) == "CC" and a.flags.c_contiguous and b.flags.c_contiguous
+    a, b = model.sweep_operands(np, 6, 5, 4, "float16", on_gpu=True)
+    assert a.flags.f_contiguous and b.flags.c_contiguous and a.shape == (6, 4) and b.shape == (4, 5)

@@ -93,7 +93,7 @@ case_reps() {  # case_reps KIND NAME RANKS ARGS...: case_run $MODEL_CHECK_REPEAT
 
 calibrate() {  # calibrate KIND RANKS SIZES [transport options]
   local kind=$1 n=$2 sizes=$3; shift 3
-  local dtypes=float64,float32,float16 base=(--machine h200x2)  # the broadcast figures of h200x2 start the GPU description
+  local dtypes=float64,float32,float16,tf32 base=(--machine h200x2)  # the broadcast figures of h200x2 start the GPU description
   [ "$device" = cpu ] && { dtypes=float64,float32; base=(); }
   echo "=== [$kind] bench transport at $n ranks, sizes $sizes MiB" >> "$log"
   run_ranks "$kind-transport" "$n" 300 python3 -m hpcmm bench transport --device "$device" --sizes "$sizes" "$@" \
@@ -139,6 +139,7 @@ if has system || has 2.5d; then
   case_run system n2-8192 2 --m 8192 --n 8192 --k 8192
   case_run system n2-16384 2 --m 16384 --n 16384 --k 16384
   case_run system n2-16384-f16 2 --m 16384 --n 16384 --k 16384 --dtype float16
+  case_run system n2-16384-tf32 2 --m 16384 --n 16384 --k 16384 --dtype float32 --tf32
   case_run system n2-uneven-f32 2 --m 12007 --n 9001 --k 6003 --dtype float32
   case_run system n4-8192 4 --m 8192 --n 8192 --k 8192
   case_run system n8-16384 8 --m 16384 --n 16384 --k 16384
