@@ -224,6 +224,14 @@ class Backend(abc.ABC):
     def peak_memory(self) -> int:
         """The most bytes this process has held where the blocks live."""
 
+    def release_cached(self) -> None:
+        """Hand memory that freed arrays left cached back to the device (nothing to do on a CPU).
+
+        Blocks of another size come next (the benchmark's candidates, the
+        blocks of a re-balanced layout), and a cache of the old sizes cannot
+        serve them.
+        """
+
     # -- streams and events ---------------------------------------------------
     @abc.abstractmethod
     def event(self, stream=None):
@@ -632,6 +640,11 @@ class GpuBackend(Backend):
         pci = f"{props.get('pciDomainID', 0):04x}:{props.get('pciBusID', 0):02x}:{props.get('pciDeviceID', 0):02x}.0"
         return {"backend": self.name, "gpu_name": name, "gpu_uuid": str(uuid), "gpu_pci": pci,
                 "gpu_index": str(self.device_id)}
+
+    def release_cached(self) -> None:
+        self.synchronize()
+        with self.device:
+            self.cupy.get_default_memory_pool().free_all_blocks()
 
     def close(self) -> None:
         self.synchronize()

@@ -192,9 +192,7 @@ def measure_candidates(backend, case, warmup: int = 1, repeats: int = 3, timer: 
             rows.append({"candidate": cand.name, "library": cand.library, "a_order": cand.a_order,
                          "b_order": cand.b_order, "seconds": seconds, "note": note})
         del base_a, base_b, c
-    if backend.on_gpu:
-        backend.synchronize()
-        backend.cupy.get_default_memory_pool().free_all_blocks()
+    backend.release_cached()
     return rows
 
 

@@ -187,6 +187,7 @@ def _balance_by_product(launch, backend, config: RunConfig, shape, arrangement: 
             times = engine.multiply()
         flops = product_flops(engine.m_loc, engine.n_loc, engine.layout.k, config.dtype)
         rate = product_rate(flops, float(times.steps[:, 0].sum()))
+    backend.release_cached()  # the blocks of the new layout differ in size from the cached ones
     rates = tuple(launch.comm.allgather(rate))
     if not all(np.isfinite(rates)):
         say("balance product: some rank did no work in the untimed product; the blocks stay the share blocks")
