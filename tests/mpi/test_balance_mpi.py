@@ -134,3 +134,43 @@ def test_product_over_weighted_blocks(shape, ranks_per_node, dims, panel, prefet
         elif error > tolerance("float64", k, steps, False):
             message = f"max componentwise error {error:.3e} on weights {fit.weights}"
     everywhere(not message, message)
+
+
+# -- the panel's collectives (engine.gpus_shared, engine.widest_fitting) on real communicators --------
+
+
+class _GpuLike:
+    """What the two collectives read of a GPU backend: its device and that device's free bytes."""
+
+    on_gpu = True
+
+    def __init__(self, device_id: int, free: int) -> None:
+        self.device_id, self.free = device_id, free
+
+    def memory_info(self) -> tuple[int, int]:
+        return self.free, 2 * self.free
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("devices", [1, 2, 8])
+def test_panel_collectives_give_every_rank_one_answer(devices):
+    """Ranks on ``devices`` GPUs (node-local rank modulo): shared where some GPU holds two ranks; the
+    width is the first that fits on every device, the ranks of one device counted together."""
+    from hpcmm.engine import gpus_shared, widest_fitting
+
+    topo = Topology.create(COMM, RunConfig())
+    try:
+        device = topo.local_rank % devices
+        per_device = COMM.allgather(device).count(device)  # one host here: the node is the world
+        shared = gpus_shared(topo, _GpuLike(device, 0))
+        everywhere(shared == (max(COMM.allgather(per_device)) > 1), f"shared {shared}, {per_device} per device")
+        widths = [8192, 4096, 2048]
+        need = {8192: 40, 4096: 20, 2048: 10}
+        # Room for 2 ranks at 4096 (40 bytes): one rank per device fits 8192; two, 4096; more, 2048.
+        width = widest_fitting(topo, _GpuLike(device, 40), widths, need.__getitem__)
+        busiest = max(COMM.allgather(per_device))
+        expected = 8192 if busiest == 1 else 4096 if busiest == 2 else 2048
+        everywhere(width == expected, f"width {width}, expected {expected} ({busiest} ranks on the busiest device)")
+        everywhere(len(set(COMM.allgather(width))) == 1, "ranks disagree on the width")
+    finally:
+        topo.close()
