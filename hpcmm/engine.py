@@ -44,6 +44,7 @@ from time import perf_counter
 import numpy as np
 
 from .algorithms import Step, panel_candidates, ring_depth, summa_plan
+from .balance import ranks_per_device
 from .config import RunConfig
 from .errors import InputError, agree, collective_setup, raised_everywhere
 from .gemm_orders import gemm_order, label, relaid, scratch_slots
@@ -117,6 +118,20 @@ def device_need(needs, device) -> tuple[int, int]:
     return len(together), sum(together)
 
 
+def _on_this_device(topo, backend, needs: list[int]) -> tuple[int, list[int], int]:
+    """Collective over the node: the ranks on this rank's device, each of ``needs`` summed over them
+    (:func:`device_need`), and the bytes the device has free.
+
+    ``needs`` holds this rank's bytes for each of several choices (one or more), the same count on
+    every rank.  On the CPU every rank of the node shares the host's memory.
+    """
+    device = backend.device_id if backend.on_gpu else None
+    gathered = topo.node_comm.allgather((device, needs))
+    totals = [device_need([(where, need[i]) for where, need in gathered], device) for i in range(len(needs))]
+    free, _ = backend.memory_info()
+    return totals[0][0], [total for _, total in totals], free
+
+
 def check_memory(topo, backend, needed: int, problem: str) -> int:
     """Collective: refuse a problem whose ranks on one device need more than it has free.
 
@@ -126,9 +141,7 @@ def check_memory(topo, backend, needed: int, problem: str) -> int:
     memory).  ``problem`` starts the message.  Returns that sum for this
     rank's device.
     """
-    device = backend.device_id if backend.on_gpu else None
-    ranks, total = device_need(topo.node_comm.allgather((device, needed)), device)
-    free, _ = backend.memory_info()
+    ranks, (total,), free = _on_this_device(topo, backend, [needed])
     where = "device" if backend.on_gpu else "host"
     err = None
     if total > free:
@@ -146,8 +159,8 @@ def gpus_shared(topo, backend) -> bool:
     """
     if not backend.on_gpu:
         return False
-    devices = topo.node_comm.allgather(backend.device_id)
-    return max(topo.comm.allgather(max(devices.count(device) for device in devices))) > 1
+    busiest = max(ranks_per_device(topo.node_comm.allgather(backend.device_id)))
+    return max(topo.comm.allgather(busiest)) > 1
 
 
 def widest_fitting(topo, backend, widths: list[int], needed) -> int:
@@ -160,11 +173,8 @@ def widest_fitting(topo, backend, widths: list[int], needed) -> int:
     """
     if len(widths) == 1:
         return widths[0]
-    device = backend.device_id if backend.on_gpu else None
-    needs = topo.node_comm.allgather((device, [needed(width) for width in widths]))
-    free, _ = backend.memory_info()
-    together = [sum(need[i] for where, need in needs if where == device) for i in range(len(widths))]
-    first = next((i for i, total in enumerate(together) if total <= free), len(widths) - 1)
+    _, totals, free = _on_this_device(topo, backend, [needed(width) for width in widths])
+    first = next((i for i, total in enumerate(totals) if total <= free), len(widths) - 1)
     return widths[max(topo.comm.allgather(first))]
 
 
