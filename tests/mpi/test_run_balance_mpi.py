@@ -121,45 +121,32 @@ def fixed_rates(monkeypatch) -> None:
     monkeypatch.setattr(balance_module, "gemm_rate", lambda backend, dtype, **kwargs: RATES[RANK % len(RATES)])
 
 
-# -- measured: a real timing, whatever it says ------------------------------------------
+# -- measured and product: real rates, whatever they say ------------------------------------
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("mode", ["measured", "product"])
 @pytest.mark.parametrize("ranks_per_node", [None, 1])
-def test_measured_balance_gives_the_right_product(mpi_tmp_path, ranks_per_node):
-    """A real GEMM timing on every rank: the weights are whatever it measured, C is right all the same."""
-    result = run(mpi_tmp_path, "measured", balance="measured", ranks_per_node=ranks_per_node)
-    path = mpi_tmp_path / "measured.h5"
+def test_rate_balance_gives_the_right_product(mpi_tmp_path, mode, ranks_per_node):
+    """Real rates on every rank (``measured``: a GEMM timing; ``product``: an untimed product with the
+    share blocks): the weights are whatever was measured, C is right all the same."""
+    result = run(mpi_tmp_path, mode, balance=mode, ranks_per_node=ranks_per_node)
+    path = mpi_tmp_path / f"{mode}.h5"
 
     def check():
         check_product(path)
-        check_weights_follow_rates(check_record(path, "measured"))
-
-    on_rank0(check)
-    everywhere(result.summary["balance"] == "measured", f"{result.summary.get('balance')}")
-
-
-# -- product: the rates of an untimed product ----------------------------------------------
-
-
-@pytest.mark.mpi(min_size=1)
-@pytest.mark.parametrize("ranks_per_node", [None, 1])
-def test_product_balance_gives_the_right_product(mpi_tmp_path, ranks_per_node):
-    """Each rank's rate in an untimed product with the share blocks: the weights follow it, C is right."""
-    result = run(mpi_tmp_path, "product", balance="product", ranks_per_node=ranks_per_node)
-    path = mpi_tmp_path / "product.h5"
-
-    def check():
-        check_product(path)
-        record = check_record(path, "product")
-        if P == 1:  # one rank: nothing to balance, no product run before the timed ones
+        record = check_record(path, mode)
+        if mode == "product" and P == 1:  # one rank: nothing to balance, no product run before the timed ones
             rates = [float(r) for r in record["topology"]["gemm_rate"]]
             assert record["weights"] == (1.0,) and all(math.isnan(r) for r in rates), (record, rates)
             return
         check_weights_follow_rates(record)
 
     on_rank0(check)
-    everywhere(result.summary["balance"] == "product", f"{result.summary.get('balance')}")
+    everywhere(result.summary["balance"] == mode, f"{result.summary.get('balance')}")
+
+
+# -- product: the rates decide the blocks ------------------------------------------------------
 
 
 @pytest.mark.mpi(min_size=2)
