@@ -68,23 +68,47 @@ def test_plan_properties_random(rows, cols, k, panel):
 
 
 @pytest.mark.parametrize("grid", GRIDS)
-@pytest.mark.parametrize("k, panel", [(24, 8), (24, 5), (1000, 256), (1001, 64), (7, 16), (3, 2)])
+@pytest.mark.parametrize("k, panel", [(24, 8), (24, 5), (1000, 256), (1001, 64), (7, 16), (3, 2), (16384, 8192)])
 def test_ramped_plan(grid, k, panel):
-    """With ``ramp`` the first panels start at panel/8 and double; the plan stays valid."""
+    """With ``ramp`` the first panels start near panel/8 and at most double, step by step, through
+    the first k range both first owners hold; the plan stays valid."""
     layout = Layout(9, 7, k, Grid(*grid))
     steps = summa_plan(layout, panel, ramp=True)
     check_plan(layout, panel, steps)
     start = max(1, panel // 8)
-    assert steps[0].width <= start
-    for i, s in enumerate(steps):
-        assert s.width <= min(panel, start * 2**i), f"step {i} wider than the ramp allows: {s}"
+    assert steps[0].width < 2 * start
+    first_block = min(layout.extent(layout.a_k(0)), layout.extent(layout.b_k(0)))
+    ramped = [s for s in steps if s.k1 <= first_block]
+    assert ramped[-1].k1 == first_block, "the ramp ends where the first block does"
+    for before, step in zip(ramped, ramped[1:]):
+        assert step.width <= 2 * before.width, f"{step} more than twice as wide as {before}"
     # The ramp only adds steps, never removes any.
     assert len(steps) >= len(summa_plan(layout, panel))
 
 
 def test_ramp_widths_double():
     steps = summa_plan(Layout(4, 4, 100, Grid(1, 1)), 32, ramp=True)
-    assert [s.width for s in steps] == [4, 8, 16, 32, 32, 8]
+    assert [s.width for s in steps] == [4, 8, 8, 16, 32, 32]   # the rest (8) among the ramp, not last
+
+
+@pytest.mark.parametrize("k, panel, widths", [
+    (16384, 8192, [1024, 1024, 2048, 4096, 8192]),              # blocks of 8192: no 1024 sliver before 8192
+    (32768, 8192, [1024, 1024, 2048, 4096, 8192, 8192, 8192]),  # blocks of 16384
+    (8192, 4096, [512, 512, 1024, 2048, 4096]),
+])
+def test_ramp_fills_the_first_block_on_two_ranks(k, panel, widths):
+    """2 ranks (grid 2x1, B's k blocks k/2): a whole panel follows a step at least half as wide."""
+    assert [s.width for s in summa_plan(Layout(64, 64, k, Grid(2, 1)), panel, ramp=True)] == widths
+
+
+@given(depth=st.integers(1, 70000), panel=st.integers(1, 9000))
+def test_ramp_widths_cover_the_block(depth, panel):
+    from hpcmm.algorithms.summa import _ramp_widths
+
+    widths = _ramp_widths(depth, panel)
+    assert sum(widths) == depth and all(1 <= w <= panel for w in widths)
+    assert widths[0] < 2 * max(1, panel // 8)
+    assert all(b <= 2 * a for a, b in zip(widths, widths[1:])), widths
 
 
 def test_documented_example():
