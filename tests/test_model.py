@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hpcmm import model
-from hpcmm.algorithms import auto_panel, summa_plan
+from hpcmm.algorithms import Step, auto_panel, summa_plan
 from hpcmm.errors import InputError
 from hpcmm.layout import Grid, Layout
 from hpcmm.model import GemmCurve, Problem, builtin, predict
@@ -366,7 +366,7 @@ def _measured_machine(kind):
 
 
 @pytest.mark.parametrize("kind,ranks,m,n,k,dtype,rpn,panel,seconds", MEASURED)
-def test_measured_cases_within_15_percent(kind, ranks, m, n, k, dtype, rpn, panel, seconds):
+def test_measured_cases_within_15_percent(kind, ranks, m, n, k, dtype, rpn, panel, seconds, plan_of_their_day):
     """The saved descriptions of 2026-11-29 predict each measured run within 15 %, except the
     staged runs listed open, which must stay off until the model learns what they show."""
     p = predict(Problem(m, n, k, dtype), ranks, _measured_machine(kind), ranks_per_node=rpn,
@@ -525,6 +525,38 @@ def test_layers_that_share_a_device_share_its_gemm_rate():
     assert layer.curve("float64").tflops == machine.curve("float64").tflops
 
 
+def _plan_of_their_day(layout, panel, ramp=False):
+    """``summa_plan`` as the runs pinned below took it (until the ramp filled the first k block).
+
+    ``panel/8`` doubling up to ``panel`` from the first step, each step cut at the end of its k
+    block, so a block's rest beside the ramp became a narrow step of its own before the next block's
+    whole panel.  Those runs are predicted with the plan they ran.
+    """
+    steps, k0, width = [], 0, max(1, panel // 8) if ramp else panel
+    while k0 < layout.k:
+        a_root, b_root = layout.a_k_owner(k0), layout.b_k_owner(k0)
+        (a_lo, a_hi), (b_lo, b_hi) = layout.a_k(a_root), layout.b_k(b_root)
+        k1 = min(k0 + width, a_hi, b_hi)
+        steps.append(Step(len(steps), k0, k1, a_root, k0 - a_lo, b_root, k0 - b_lo))
+        k0, width = k1, min(panel, 2 * width)
+    return steps
+
+
+@pytest.fixture
+def plan_of_their_day(monkeypatch):
+    """The model walks the plan the pinned runs took (:func:`_plan_of_their_day`)."""
+    monkeypatch.setattr(model, "summa_plan", _plan_of_their_day)
+
+
+def test_the_plan_of_their_day_differs_only_where_a_block_had_a_rest():
+    """2 ranks, 16384, panel 8192: the old ramp left a 1024 sliver before the second block's 8192."""
+    layout = Layout(16384, 16384, 16384, Grid(*model.compute_dims(2)))
+    old = [s.k1 - s.k0 for s in _plan_of_their_day(layout, 8192, ramp=True)]
+    new = [s.k1 - s.k0 for s in summa_plan(layout, 8192, ramp=True)]
+    assert old == [1024, 2048, 4096, 1024, 8192] and new == [1024, 1024, 2048, 4096, 8192]
+    assert [s.k1 - s.k0 for s in _plan_of_their_day(layout, 4096)] == [s.k1 - s.k0 for s in summa_plan(layout, 4096)]
+
+
 # -- the fresh model check of 2026-11-30 -------------------------------------------------------
 #: Every case of the six calls of 2026-11-30 (tests/gpu/model_check.sh, sections system, 2.5d,
 #: cuda-aware, and system again after the sweep's changes; then system + 2.5d and cuda-aware once
@@ -639,7 +671,7 @@ def _predicted_1130(row):
 
 
 @pytest.mark.parametrize("index", range(len(MEASURED_1130)))
-def test_fresh_cases_within_15_percent(index):
+def test_fresh_cases_within_15_percent(index, plan_of_their_day):
     """The model against the runs of 2026-11-30: within 15 %, but the open rows (below 35 %)."""
     row = MEASURED_1130[index]
     err = abs(_predicted_1130(row) / row[-1] - 1)
@@ -655,7 +687,7 @@ OPEN_GAINS = {("system-c", 4, 8192, "2.5d:2")}
 
 
 @pytest.mark.parametrize("kind", ["system-2.5d", "system-c"])
-def test_fresh_2p5d_gains_within_15_percent(kind):
+def test_fresh_2p5d_gains_within_15_percent(kind, plan_of_their_day):
     """2.5D over summa on the emulated slow network: predicted speed-up within 15 % of the measured one."""
     rows = [r for r in MEASURED_1130 if r[0] == kind and (r[7] != "summa" or r[6] in (2, 4) and r[4] in (6007, 8192))]
     runs = {(r[1], r[2], r[7]): r for r in rows}  # the last summa row of a case: the 2.5d section's own
@@ -712,7 +744,7 @@ MEASURED_SWEEP_1130 = [
 
 
 @pytest.mark.parametrize("dtype,n,panel,seconds", MEASURED_SWEEP_1130)
-def test_panel_sweep_within_15_percent(dtype, n, panel, seconds):
+def test_panel_sweep_within_15_percent(dtype, n, panel, seconds, plan_of_their_day):
     machine = _machine_1130("system-c")
     machine = machine.replace(gemm={**machine.gemm, "tf32": builtin("h200x2").gemm["tf32"]})
     p = predict(Problem(n, n, n, dtype), 2, machine, panel=panel, ranks_per_host=2)
