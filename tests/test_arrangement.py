@@ -14,7 +14,7 @@ import socket
 import pytest
 from mpi4py import MPI
 
-from hpcmm.arrangement import arrange, arrangement_for
+from hpcmm.arrangement import GPU_BLOCK_QUANTUM, arrange, arrangement_for
 from hpcmm.backend import CpuBackend
 from hpcmm.balance import Balance, Device, ranks_per_device, weights_for
 from hpcmm.config import RunConfig
@@ -98,6 +98,20 @@ def test_config_records_cover_the_matrix_and_follow_the_weights(devices, rates):
         assert all(abs(s - total * w / sum(ws)) < 1 for s, w in zip(sizes, ws)), (sizes, ws)
     if rates is None:  # share: the ranks of each GPU hold one whole GPU's weight
         assert math.isclose(sum(arr.weights), len({d.key for d in devices}))
+
+
+@pytest.mark.parametrize("on_gpu, aligned", [(True, True), (False, False)])
+def test_weighted_blocks_are_aligned_on_gpus(on_gpu, aligned):
+    """On GPUs weighted blocks start at multiples of GPU_BLOCK_QUANTUM; on CPUs they follow the weights exactly."""
+    shape = (16384, 10007, 16384)
+    arr = arrangement(gpus(0, 1, 0, 1, 0), shape=shape, on_gpu=on_gpu)
+    assert arr.weighted
+    layout = arr.layout(*shape)
+    assert layout.quantum == (GPU_BLOCK_QUANTUM if on_gpu else 1)
+    sizes = layout.block_sizes()
+    inner = [s for axis in ("rows", "b_k") for s in sizes[axis][:-1]]
+    assert all(s % GPU_BLOCK_QUANTUM == 0 for s in inner) == aligned, sizes
+    assert sum(sizes["rows"]) == 16384 and sum(sizes["cols"]) == 10007
 
 
 @pytest.mark.parametrize("devices, active, everywhere, hinted", [

@@ -265,6 +265,37 @@ def test_bounds_owner_agrees_with_bounds(n, weights, data):
     assert bounds[owner] <= i < bounds[owner + 1], (bounds, i, owner)
 
 
+@given(n=st.integers(0, 40000), weights=st.lists(WEIGHT, min_size=1, max_size=12),
+       quantum=st.sampled_from([2, 8, 64, 128]))
+def test_weighted_bounds_with_a_quantum_align_and_stay_within_one_quantum(n, weights, quantum):
+    """Cover [0, n) in order; every inner offset a multiple of the quantum; every size within one quantum."""
+    bounds = weighted_bounds(n, weights, quantum)
+    assert len(bounds) == len(weights) + 1 and bounds[0] == 0 and bounds[-1] == n
+    assert all(a <= b for a, b in zip(bounds, bounds[1:]))
+    assert all(b % quantum == 0 or b == n for b in bounds)
+    total = sum(Fraction(w) for w in weights)
+    for (a, b), w in zip(zip(bounds, bounds[1:]), weights):
+        assert abs((b - a) - n * Fraction(w) / total) <= quantum, (bounds, weights)
+
+
+def test_weighted_bounds_rejects_a_quantum_below_one():
+    with pytest.raises(ValueError, match="quantum 0"):
+        weighted_bounds(100, [1, 2], 0)
+
+
+def test_layout_aligns_weighted_blocks_only_where_the_axis_is_long_enough():
+    """16384 in 3 weighted rows: multiples of 64; 300 columns over 2: too short, element-exact."""
+    weights = (0.424, 1.0, 0.43)  # 3 ranks, GPU 0's two time-sliced (measured rates)
+    layout = Layout(16384, 16384, 16384, Grid(3, 1), weights=weights, quantum=64)
+    assert layout.block_sizes()["rows"] == (3776, 8832, 3776)
+    assert layout.block_sizes()["b_k"] == (3776, 8832, 3776)
+    exact = Layout(16384, 16384, 16384, Grid(3, 1), weights=weights)
+    assert exact.block_sizes()["rows"] == (3747, 8837, 3800)  # element-exact, odd: the slow GEMMs
+    short = Layout(300, 300, 300, Grid(1, 2), weights=(1.0, 0.3), quantum=64)
+    assert short.block_sizes()["cols"] == Layout(300, 300, 300, Grid(1, 2), weights=(1.0, 0.3)).block_sizes()["cols"]
+    assert 0 < predicted_imbalance(layout) < 64 / 3776
+
+
 @pytest.mark.parametrize("n, parts", [(7, 3), (2, 4), (10, 10), (1, 5), (1000, 7)])
 def test_bounds_owner_matches_block_owner_for_equal_weights(n, parts):
     bounds = weighted_bounds(n, [1.0] * parts)
