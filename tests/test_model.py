@@ -704,6 +704,117 @@ def test_fresh_2p5d_gains_within_15_percent(kind, plan_of_their_day):
             assert err <= 0.15, (key, measured, predicted)
 
 
+# -- the model check with the plan whose ramp fills the first k block (2026-11-30, seventh call) ------
+#: tests/gpu/model_check.sh, sections system and 2.5d, three runs of every staged and 2.5d case, on the
+#: tree whose ramp fills the first k block (the plan of today), with that call's own description
+#: (data/machines/h200x2-2026-11-30-system-d.json): (section, ranks, m, n, k, dtype, ranks per node,
+#: algo, panel, measured seconds).  The comment is the model's error when the rows were added.
+MEASURED_RAMP_1130 = [
+    ("system", 2, 16384, 16384, 16384, "float16", None, "summa", 8192, 0.006417),  # -2.5 % (ipc; table -2.5 %)
+    ("system", 2, 16384, 16384, 16384, "float64", None, "summa", 8192, 0.08449),  # -5.7 % (ipc; table -5.7 %)
+    ("system", 2, 16384, 16384, 16384, "tf32", None, "summa", 8192, 0.01445),  # +1.5 % (ipc; table +1.5 %)
+    ("system", 2, 8192, 8192, 8192, "float64", None, "summa", 4096, 0.01021),  # +3.3 % (ipc; table +3.3 %)
+    ("system", 2, 8192, 8192, 8192, "float64", 1, "summa", 4096, 0.1028),  # -20.1 % (staged; table -20.1 %)
+    ("system", 2, 8192, 8192, 8192, "float64", 1, "summa", 4096, 0.1005),  # -18.2 % (staged; table -18.2 %)
+    ("system", 2, 8192, 8192, 8192, "float64", 1, "summa", 4096, 0.0993),  # -17.3 % (staged; table -17.3 %)
+    ("system", 2, 12007, 9001, 6003, "float32", None, "summa", 3001, 0.01364),  # -6.5 % (ipc; table -6.5 %)
+    ("system", 4, 8192, 8192, 8192, "float64", None, "summa", 2048, 0.01167),  # +9.8 % (ipc; table +9.9 %)
+    ("system", 4, 4096, 4096, 4096, "float64", 1, "summa", 2048, 0.02961),  # -16.4 % (staged; table -16.4 %)
+    ("system", 4, 4096, 4096, 4096, "float64", 1, "summa", 2048, 0.02559),  # -3.3 % (staged; table -3.3 %)
+    ("system", 4, 4096, 4096, 4096, "float64", 1, "summa", 2048, 0.02913),  # -15.1 % (staged; table -15.1 %)
+    ("system", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, 0.05579),  # -16.8 % (ipc,staged; table -16.8 %)
+    ("system", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, 0.05426),  # -14.4 % (ipc,staged; table -14.4 %)
+    ("system", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, 0.05366),  # -13.5 % (ipc,staged; table -13.5 %)
+    ("system", 8, 16384, 16384, 16384, "float64", None, "summa", 2048, 0.09652),  # +2.6 % (ipc; table +2.6 %)
+    ("system", 8, 6001, 4099, 3001, "float32", 1, "summa", 750, 0.01726),  # -1.3 % (staged; table -1.3 %)
+    ("system", 8, 6001, 4099, 3001, "float32", 1, "summa", 750, 0.01901),  # -10.4 % (staged; table -10.4 %)
+    ("system", 8, 6001, 4099, 3001, "float32", 1, "summa", 750, 0.01618),  # +5.3 % (staged; table +5.3 %)
+    ("system", 8, 4096, 4096, 4096, "float64", 2, "summa", 1024, 0.03216),  # -21.9 % (ipc,staged; table -21.9 %)
+    ("system", 8, 4096, 4096, 4096, "float64", 2, "summa", 1024, 0.03169),  # -20.8 % (ipc,staged; table -20.8 %)
+    ("system", 8, 4096, 4096, 4096, "float64", 2, "summa", 1024, 0.03529),  # -28.8 % (ipc,staged; table -28.8 %)
+    ("system", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, 0.05388),  # -11.1 % (ipc,staged; table -11.1 %)
+    ("system", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, 0.05443),  # -12.0 % (ipc,staged; table -12.0 %)
+    ("system", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, 0.05318),  # -10.0 % (ipc,staged; table -10.0 %)
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, "2.5d:2", 1501, 0.02702),  # +5.2 % (ipc,staged; table +5.2 %)
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, "2.5d:2", 1501, 0.03101),  # -8.3 % (ipc,staged; table -8.3 %)
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, "2.5d:2", 1501, 0.02589),  # +9.8 % (ipc,staged; table +9.8 %)
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, "summa", 1502, 0.02389),  # +11.8 % (ipc,staged; table +11.8 %)
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, "summa", 1502, 0.02814),  # -5.1 % (ipc,staged; table -5.1 %)
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, "summa", 1502, 0.03254),  # -17.9 % (ipc,staged; table -17.9 %)
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, "2.5d:2", 2048, 0.05637),  # -15.3 % (ipc,staged; table -15.3 %)
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, "2.5d:2", 2048, 0.0582),  # -18.0 % (ipc,staged; table -18.0 %)
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, "2.5d:2", 2048, 0.04826),  # -1.1 % (ipc,staged; table -1.1 %)
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, 0.04667),  # -0.5 % (ipc,staged; table -0.5 %)
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, 0.04925),  # -5.7 % (ipc,staged; table -5.7 %)
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, "summa", 2048, 0.0491),  # -5.4 % (ipc,staged; table -5.5 %)
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, "2.5d:2", 1501, 0.01932),  # -2.4 % (ipc,staged; table -2.4 %)
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, "2.5d:2", 1501, 0.02014),  # -6.4 % (ipc,staged; table -6.4 %)
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, "2.5d:2", 1501, 0.02498),  # -24.5 % (ipc,staged; table -24.5 %)
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, "2.5d:4", 750, 0.02382),  # -23.1 % (ipc,staged; table -23.1 %)
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, "2.5d:4", 750, 0.02102),  # -12.9 % (ipc,staged; table -12.8 %)
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, "2.5d:4", 750, 0.02112),  # -13.3 % (ipc,staged; table -13.3 %)
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, "summa", 1501, 0.0333),  # +0.4 % (ipc,staged; table +0.4 %)
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, "summa", 1501, 0.03622),  # -7.7 % (ipc,staged; table -7.7 %)
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, "summa", 1501, 0.03704),  # -9.8 % (ipc,staged; table -9.8 %)
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "2.5d:2", 2048, 0.02943),  # -0.1 % (ipc,staged; table -0.1 %)
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "2.5d:2", 2048, 0.03214),  # -8.5 % (ipc,staged; table -8.5 %)
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "2.5d:2", 2048, 0.04119),  # -28.6 % (ipc,staged; table -28.6 %)
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "2.5d:4", 1024, 0.03493),  # -17.2 % (ipc,staged; table -17.2 %)
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "2.5d:4", 1024, 0.03425),  # -15.6 % (ipc,staged; table -15.6 %)
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "2.5d:4", 1024, 0.03292),  # -12.2 % (ipc,staged; table -12.2 %)
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, 0.05064),  # -5.5 % (ipc,staged; table -5.5 %)
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, 0.04856),  # -1.4 % (ipc,staged; table -1.4 %)
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, 0.0519),  # -7.8 % (ipc,staged; table -7.7 %)
+]
+#: The cases whose median is still outside 15 %: all on the staged path, where one case's three runs
+#: in one call spread by up to 40 % and the same case ran 0.072 s in one call and 0.100 s in another
+#: (docs/scaling.md, section 1).  They must stay below 35 % until fixed.
+OPEN_RAMP_1130 = {("system", 2, 8192, 1, "summa"), ("system", 4, 4096, 1, "summa"), ("system", 8, 4096, 2, "summa"),
+                  ("2.5d", 4, 8192, 2, "2.5d:2"), ("2.5d", 8, 8192, 4, "2.5d:4")}
+
+
+def _ramp_cases():
+    cases = {}
+    for row in MEASURED_RAMP_1130:
+        section, ranks, m, n, k, dtype, rpn, algo, panel, seconds = row
+        cases.setdefault((section, ranks, m, rpn, algo, n, k, dtype, panel), []).append(seconds)
+    return cases
+
+
+def _predicted_ramp(ranks, m, n, k, dtype, rpn, algo, panel):
+    grid = tuple(model.compute_dims(ranks)) if algo == "summa" else None
+    return predict(Problem(m, n, k, dtype), ranks, _machine_1130("system-d"), ranks_per_node=rpn,
+                   ranks_per_host=ranks, grid=grid, panel=panel, prefetch=1, algo=algo).seconds
+
+
+@pytest.mark.parametrize("case", sorted(_ramp_cases(), key=str))
+def test_ramp_plan_cases_within_15_percent(case):
+    """Today's plan: the median of a case's runs within 15 % (the open cases below 35 %), every run below 35 %."""
+    section, ranks, m, rpn, algo, n, k, dtype, panel = case
+    runs = _ramp_cases()[case]
+    predicted = _predicted_ramp(ranks, m, n, k, dtype, rpn, algo, panel)
+    err = abs(predicted / float(np.median(runs)) - 1)
+    assert all(abs(predicted / r - 1) < 0.35 for r in runs), (case, runs, predicted)
+    if case[:5] in OPEN_RAMP_1130:
+        assert 0.15 < err < 0.35, (case, err)  # an open case that closes must leave OPEN_RAMP_1130 (and the docs)
+    else:
+        assert err <= 0.15, (case, err)
+
+
+def test_ramp_plan_2p5d_gains_within_15_percent():
+    """2.5D over summa in the 2.5d section: predicted speed-up within 15 % of the measured one (medians)."""
+    cases = {key: runs for key, runs in _ramp_cases().items() if key[0] == "2.5d"}
+    summa = {key[1:3]: (key, runs) for key, runs in cases.items() if key[4] == "summa"}
+    pairs = [(key, runs) for key, runs in cases.items() if key[4] != "summa"]
+    assert len(pairs) == 6
+    for key, runs in pairs:
+        base_key, base_runs = summa[key[1:3]]
+        measured = float(np.median(base_runs)) / float(np.median(runs))
+        predicted = _predicted_ramp(*base_key[1:3], *base_key[5:8], base_key[3], base_key[4], base_key[8]) / \
+            _predicted_ramp(*key[1:3], *key[5:8], key[3], key[4], key[8])
+        assert abs(predicted / measured - 1) <= 0.15, (key, measured, predicted)
+
+
 def test_model_narrows_the_panel_where_the_ring_does_not_fit():
     """As the engine: the default width where it fits, else the widest narrower one that does."""
     machine = builtin("h200x2")
