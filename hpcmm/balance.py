@@ -15,9 +15,9 @@ Three modes (``--balance``):
     Balances GPUs of different models, and what sharing really gives (under
     MPS two ranks on one GPU may together do more than one).
 ``product``
-    The rate each rank reaches in a whole product: one untimed product with
-    the ``share`` blocks after one warm-up, each rank's flops over its GEMM
-    time, then the blocks follow those rates (:func:`product_rate`).  Sees
+    The rate each rank reaches in whole products: untimed products with the
+    ``share`` blocks for at least 0.25 s after one warm-up, each rank's flops
+    over its GEMM time, then the blocks follow those rates (:func:`product_rate`).  Sees
     what a GEMM timing does not: the turns of time-sliced contexts, three
     MPS clients against two, the smaller GEMMs of a smaller block.
 ``none``

@@ -162,7 +162,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--balance", choices=BALANCE_MODES,
                    help="block sizes follow each rank's weight: share (1 / the ranks on its GPU, or on its "
                         "host's CPU), measured (its rate in a short GEMM timing on every rank at start-up), "
-                        "product (its rate in an untimed product with the share blocks: time slicing, MPS and "
+                        "product (its rate in untimed products with the share blocks, 0.25 s: time slicing, MPS and "
                         f"block shapes included), none (equal blocks) {_default('balance')}")
     g = p.add_argument_group("measurement and output")
     g.add_argument("--warmup", type=_int("--warmup", 0), metavar="W", help=f"untimed products {_default('warmup')}")

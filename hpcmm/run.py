@@ -170,23 +170,43 @@ def _engine(launch, backend, config: RunConfig, shape, arrangement: Arrangement,
         yield engine
 
 
+#: ``--balance product`` measures untimed products until this many seconds have passed (at least
+#: one, at most :data:`PRODUCT_BALANCE_MOST`): one product of milliseconds on GPUs that several
+#: contexts take in turns gave weights from 0.19 to 1 to ranks of equal shares (8 ranks on
+#: 2 × H200, 10007×6001×3001, docs/benchmarks.md), as one GEMM timing did before ``measured``
+#: counted over 0.25 s of wall clock.
+PRODUCT_BALANCE_SECONDS = 0.25
+#: The most untimed products ``--balance product`` measures.
+PRODUCT_BALANCE_MOST = 32
+
+
 def _balance_by_product(launch, backend, config: RunConfig, shape, arrangement: Arrangement, aware: bool,
                         choice: Choice, nodes, sources, say) -> Arrangement:
     """Collective: ``--balance product``: the arrangement whose blocks follow each rank's rate in a product.
 
-    With the ``share`` blocks (``arrangement``), one warm-up product and one
-    measured, both untimed for the results; a rank's rate is its flops over its
-    GEMM time (:func:`~hpcmm.balance.product_rate`), and the blocks of the
-    timed products follow those rates.  Where some rank did no work (an empty
-    block) nothing can be weighed, and the ``share`` blocks stay.
+    With the ``share`` blocks (``arrangement``), one warm-up product, then
+    products until :data:`PRODUCT_BALANCE_SECONDS` have passed, all untimed
+    for the results; a rank's rate is its flops over its GEMM time in them
+    (:func:`~hpcmm.balance.product_rate`), and the blocks of the timed products
+    follow those rates.  Where some rank did no work (an empty block) nothing
+    can be weighed, and the ``share`` blocks stay.
     """
     with _engine(launch, backend, config, shape, arrangement, aware, choice, nodes) as engine:
         _load_inputs(engine, config, sources, lambda message: None)
-        for _ in range(2):  # the first loads kernels and maps the peers' buffers; the second is timed
-            engine.topo.comm.Barrier()
-            times = engine.multiply()
-        flops = product_flops(engine.m_loc, engine.n_loc, engine.layout.k, config.dtype)
-        rate = product_rate(flops, float(times.steps[:, 0].sum()))
+        comm = engine.topo.comm
+        comm.Barrier()
+        engine.multiply()  # loads kernels and maps the peers' buffers
+        gemm_seconds, products, start = 0.0, 0, MPI.Wtime()
+        while True:
+            comm.Barrier()
+            gemm_seconds += float(engine.multiply().steps[:, 0].sum())
+            products += 1
+            # One verdict for every rank (the slowest rank's clock), so all run the same products.
+            if products >= PRODUCT_BALANCE_MOST or \
+                    comm.allreduce(MPI.Wtime() - start, op=MPI.MAX) >= PRODUCT_BALANCE_SECONDS:
+                break
+        flops = products * product_flops(engine.m_loc, engine.n_loc, engine.layout.k, config.dtype)
+        rate = product_rate(flops, gemm_seconds)
     backend.release_cached()  # the blocks of the new layout differ in size from the cached ones
     rates = tuple(launch.comm.allgather(rate))
     if not all(np.isfinite(rates)):

@@ -169,6 +169,37 @@ def test_product_rates_decide_the_blocks(mpi_tmp_path, monkeypatch):
     on_rank0(check)
 
 
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("seconds, most, measured", [(0.0, 32, 1), (1e9, 3, 3)])
+def test_product_balance_measures_products_for_its_time(mpi_tmp_path, monkeypatch, seconds, most, measured):
+    """After its warm-up, ``product`` measures products until its time has passed (at least one, at
+    most its cap), the same number on every rank, and weighs the flops of all of them."""
+    import importlib
+
+    from hpcmm.engine import Engine
+
+    run_module = importlib.import_module("hpcmm.run")  # the module (hpcmm.run is also the function's name)
+    monkeypatch.setattr(run_module, "PRODUCT_BALANCE_SECONDS", seconds)
+    monkeypatch.setattr(run_module, "PRODUCT_BALANCE_MOST", most)
+    calls, weighed = [], []
+    multiply = Engine.multiply
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return multiply(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "multiply", counted)
+    monkeypatch.setattr(run_module, "product_rate", lambda flops, gemm: weighed.append(flops) or 1e9)
+    run(mpi_tmp_path, "count", balance="product")  # warmup=0, iters=1: one timed product after the balance
+    # CPU ranks share one host: the share blocks are the near-equal ones, in launch order.
+    m, n, k = shape()
+    (r0, r1), (c0, c1) = Layout(m, n, k, Grid(*MPI.Compute_dims(P, 2))).c_block(RANK)
+    everywhere(len(calls) == 1 + measured + 1, f"rank {RANK}: {len(calls)} products, expected {measured + 2}")
+    everywhere(weighed == [measured * 2.0 * (r1 - r0) * (c1 - c0) * k], f"rank {RANK}: weighed {weighed}")
+    counts = COMM.allgather(len(calls))
+    everywhere(len(set(counts)) == 1, f"products by rank: {counts}")
+
+
 # -- unequal rates: the weights really differ -------------------------------------------
 
 
