@@ -66,9 +66,27 @@ MUTATIONS = {
     ),
     "weighted blocks ignored": (
         "hpcmm/arrangement.py",
-        "weights=self.weights if self.weighted else None)",
-        "weights=None)",
+        "        if not self.weighted:\n            return Layout(m, n, k, self.grid)\n",
+        "        if True:\n            return Layout(m, n, k, self.grid)\n",
         ["tests/test_arrangement.py"],
+    ),
+    "weighted blocks not aligned on GPUs": (
+        "hpcmm/arrangement.py",
+        "quantum=GPU_BLOCK_QUANTUM if self.on_gpu else 1)",
+        "quantum=1)",
+        ["tests/test_arrangement.py"],
+    ),
+    "one product weighs the product balance": (
+        "hpcmm/run.py",
+        "            if products >= PRODUCT_BALANCE_MOST or \\\n",
+        "            if True or \\\n",
+        ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
+    ),
+    "ramp leaves the block's rest after it": (
+        "hpcmm/algorithms/summa.py",
+        "        widths = sorted(widths + [rest])\n",
+        "        widths = widths + [rest]\n",
+        ["tests/test_summa_plan.py"],
     ),
     "weights left in launch order": (
         "hpcmm/arrangement.py",
