@@ -10,6 +10,8 @@
 #       picks (bench-orders-*) and again with HPCMM_GEMM_ORDER=FC, as stored, no re-layout (bench-stored-*)
 #   bash tests/gpu/speed_check.sh panels    the panel width by type (about 6 minutes): tf32 and float16 16384,
 #       bfloat16 32768 at --panel 2048/4096/8192, float64 8192 at 1024/2048/4096, 4096 at 512/1024/2048, 16384 and 32768 at 8192
+#   bash tests/gpu/speed_check.sh gemm      hpcmm's GEMM call against cuBLASLt's own choice (nvmath-python's Matmul,
+#       heuristic and autotuned) on the shapes of the 2-rank steps, one GPU (tests/gpu/gemm_probe.py; peers kit)
 #
 # In order of priority, each step under `timeout` and inside what is left of SPEED_BUDGET seconds
 # (default 510): a warm-up (ten float64 16384 products: the GPUs leave their idle clock), then `hpcmm bench` at 2 ranks (system MPI, peers on; Heat on its own smaller case within
@@ -92,6 +94,11 @@ if [ "${1:-all}" = panels ]; then
   for width in 512 1024 2048; do panel 4096 "$width"; done
   panel 16384 8192  # float64: whole 8192-deep blocks per step (2048 and 4096 are in the full run)
   panel 32768 8192  # float64: two steps per 16384-deep block (97.2 % at 4096, the target 98 %)
+elif [ "${1:-all}" = gemm ]; then
+  # hpcmm's GEMM (cublasGemmEx) against cuBLASLt's heuristic and autotuned choice on the 2-rank steps
+  step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
+    --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
+  step gemm-probe 300 python3 tests/gpu/gemm_probe.py --json "$OUT/gemm-probe.json"
 elif [ "${1:-all}" = orders ]; then
   for kind in orders stored; do
     GEMM_ORDER=; [ "$kind" = stored ] && GEMM_ORDER=FC
@@ -156,6 +163,7 @@ for path in sorted(glob.glob(os.path.join(work, "bench-*.h5"))):
                 f"{dec(r['candidate']).replace('cupy.matmul ', '')} {fmt(r['tflops'])}{'*' if r['best'] else ''}"
                 for r in mine))
 PY
+[ -f "$work/gemm-probe.log" ] && { echo; echo "gemm probe (one GPU):"; cat "$work/gemm-probe.log"; } >> "$OUT/table.txt"
 { echo; echo "steps:"; cat "$steps"; } >> "$OUT/table.txt"
 tar czf "$OUT/files.tgz" -C "$work" . 2>/dev/null
 cat "$OUT/table.txt"
