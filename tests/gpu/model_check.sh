@@ -22,6 +22,7 @@
 # model check adds the prediction's error against their median: two runs of one staged case in one
 # call differed by 27-32 % (docs/scaling.md, section 1).
 # About 6 minutes of GPU time for system and 2.5d together with the repeats (3 without), 3 for cuda-aware.
+# MODEL_CHECK_PACK=1 puts the HDF5 files and the bind records into $OUT/files.tgz at the end.
 # Exit status: 0 when every case ran (the errors are reported, not judged: docs/scaling.md holds
 # the table and its verdict).
 if [ "${1:-}" = --bind-rank ]; then  # one rank: bind, record, exec (run by mpiexec, see run_ranks)
@@ -64,6 +65,17 @@ log=$OUT/model-check.log
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 device=${MODEL_CHECK_DEVICE:-gpu}
 failed=0
+
+pack() {  # MODEL_CHECK_PACK=1: the results files and bind records in one archive, $OUT/files.tgz, instead of
+  # loose (a machine that sends files back one by one may cap their number); tables, log and descriptions stay
+  [ "${MODEL_CHECK_PACK:-0}" = 1 ] || return 0
+  local files
+  files=$(cd "$OUT" && ls -- *.h5 2>/dev/null)
+  [ -n "$files" ] || [ -d "$OUT/bind" ] || return 0
+  # shellcheck disable=SC2086
+  (cd "$OUT" && tar czf files.tgz $files $( [ -d bind ] && echo bind )) && (cd "$OUT" && rm -rf $files bind)
+}
+trap pack EXIT
 
 run_ranks() {  # run_ranks TAG N LIMIT COMMAND...: mpiexec -n N within LIMIT s, each rank bound (--bind-rank)
   local tag=$1 n=$2 limit=$3; shift 3
