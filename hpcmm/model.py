@@ -558,9 +558,9 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     isz = problem.itemsize
     pl = place(ranks, machine, ranks_per_node, ranks_per_host)
     if panel is None:  # the engine's choice: the default width, or the widest narrower one that fits
-        widths = panel_candidates([layout], isz, on_gpu, shared=on_gpu and int(pl.sharers.max()) > 1)
-        panel = next((w for w in widths if _fits(problem, grid, w, prefetch, machine, int(pl.sharers.max()))),
-                     widths[-1])
+        sharers = int(pl.sharers.max())
+        widths = panel_candidates([layout], isz, on_gpu, shared=on_gpu and sharers > 1)
+        panel = next((w for w in widths if _fits(problem, grid, w, prefetch, machine, sharers)), widths[-1])
     if panel > problem.k:
         raise InputError(f"--panel={panel}: wider than k={problem.k}")
     plan = summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1)

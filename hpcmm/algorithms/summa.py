@@ -241,8 +241,9 @@ def panel_candidates(layouts: Sequence[Layout], itemsize: int, on_gpu: bool, sha
     cap = widths[0]
     while cap > NARROWEST_FALLBACK:
         cap = max(NARROWEST_FALLBACK, cap // 2)
-        if width(cap) < widths[-1]:
-            widths.append(width(cap))
+        narrower = width(cap)
+        if narrower < widths[-1]:
+            widths.append(narrower)
     return widths
 
 
