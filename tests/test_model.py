@@ -782,9 +782,8 @@ def _ramp_cases():
 
 
 def _predicted_ramp(ranks, m, n, k, dtype, rpn, algo, panel):
-    grid = tuple(model.compute_dims(ranks)) if algo == "summa" else None
-    return predict(Problem(m, n, k, dtype), ranks, _machine_1130("system-d"), ranks_per_node=rpn,
-                   ranks_per_host=ranks, grid=grid, panel=panel, prefetch=1, algo=algo).seconds
+    """As :func:`_predicted_1130`, with the seventh call's description (system MPI)."""
+    return _predicted_1130(("system-d", ranks, m, n, k, dtype, rpn, algo, panel, False, None))
 
 
 @pytest.mark.parametrize("case", sorted(_ramp_cases(), key=str))

@@ -31,8 +31,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hpcmm.backend import make_backend  # noqa: E402
+from hpcmm.bench_reference import event_timer  # noqa: E402
 from hpcmm.dtypes import numpy_dtype  # noqa: E402
 from hpcmm.gemm_orders import gemm_order  # noqa: E402
+from hpcmm.model import sweep_operands  # noqa: E402
 
 DEFAULT_CASES = ("float64:8192x16384x8192,float64:8192x16384x1024,tf32:8192x16384x8192,tf32:8192x16384x1024,"
                  "float16:8192x16384x8192,bfloat16:16384x32768x8192,float64:2048x4096x2048,float64:4096x8192x4096")
@@ -71,29 +73,19 @@ def parse_cases(text: str) -> list[Case]:
 
 
 def operands(backend, case: Case):
-    """A, B and C of the case, random in [-1, 1), A and B in the run's operand orders for the type."""
-    xp, dtype = backend.xp, numpy_dtype(case.dtype)
-    order = gemm_order(case.dtype, case.tf32, backend.on_gpu)
-    gen = xp.random.default_rng(7) if backend.on_gpu else np.random.default_rng(7)
-
-    def draw(shape, layout):
-        values = (gen.random(shape, dtype=np.float64) * 2 - 1).astype(dtype)
-        return xp.asfortranarray(values) if layout == "F" else xp.ascontiguousarray(values)
-
-    return draw((case.m, case.w), order[0]), draw((case.w, case.n), order[1]), draw((case.m, case.n), "C"), order
+    """A, B and C of the case, random in [-1, 1), A and B in the run's operand orders for the type
+    (drawn as ``model measure``'s sweep draws them, :func:`hpcmm.model.sweep_operands`)."""
+    kind = "tf32" if case.tf32 else case.dtype
+    a, b = sweep_operands(backend.xp, case.m, case.n, case.w, kind, backend.on_gpu)
+    c = backend.xp.ascontiguousarray((backend.xp.random.random((case.m, case.n)) * 2 - 1)
+                                     .astype(numpy_dtype(case.dtype)))
+    return a, b, c, gemm_order(case.dtype, case.tf32, backend.on_gpu)
 
 
-def timed(backend, stream, product, repeats: int) -> float:
-    """Median seconds of ``product()`` over ``repeats`` runs after one warm-up, by events on ``stream``."""
-    times = []
-    for i in range(repeats + 1):
-        start = backend.event(stream)
-        product()
-        stop = backend.event(stream)
-        backend.event_synchronize(stop)
-        if i:
-            times.append(backend.elapsed(start, stop))
-    return float(np.median(times))
+def timed(backend, product, repeats: int) -> float:
+    """Median seconds of ``product()`` over ``repeats`` runs after one warm-up, by events on the compute
+    stream, as ``bench`` times its one-device candidates (:func:`hpcmm.bench_reference.event_timer`)."""
+    return float(np.median(event_timer(backend)(None, product, 1, repeats)))
 
 
 def nvmath_rows(backend, case: Case, a, b, c, repeats: int, autotune: int) -> list[dict]:
@@ -125,11 +117,11 @@ def nvmath_rows(backend, case: Case, a, b, c, repeats: int, autotune: int) -> li
         with backend.device, advanced.Matmul(a, b, c=c, beta=1.0, options=advanced.MatmulOptions(**options),
                                              stream=stream) as mm:
             mm.plan(stream=stream)
-            rows[0]["seconds"] = timed(backend, stream, lambda: mm.execute(stream=stream), repeats)
+            rows[0]["seconds"] = timed(backend, lambda: mm.execute(stream=stream), repeats)
             rows[0]["note"] = f"{how}; {len(mm.algorithms)} algorithm(s) offered"
             try:
                 mm.autotune(iterations=autotune, stream=stream)
-                rows[1]["seconds"] = timed(backend, stream, lambda: mm.execute(stream=stream), repeats)
+                rows[1]["seconds"] = timed(backend, lambda: mm.execute(stream=stream), repeats)
                 rows[1]["note"] = f"{how}; autotune, {autotune} iterations"
             except Exception as exc:  # noqa: BLE001 - autotune refused: the heuristic row still stands
                 rows[1]["note"] = f"autotune: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
@@ -143,8 +135,7 @@ def probe(backend, case: Case, repeats: int, autotune: int) -> list[dict]:
     """Every method on one case: rows of method, seconds, TFLOP/s, ratio to hpcmm's GEMM and a note."""
     a, b, c, order = operands(backend, case)
     stream = backend.compute_stream
-    own = timed(backend, stream, lambda: backend.gemm(a, b, c, accumulate=True, stream=stream, tf32=case.tf32),
-                repeats)
+    own = timed(backend, lambda: backend.gemm(a, b, c, accumulate=True, stream=stream, tf32=case.tf32), repeats)
     rows = [{"method": "hpcmm gemm", "seconds": own, "note": f"cublasGemmEx, orders A:{order[0]} B:{order[1]}"
              if backend.on_gpu else "numpy"}]
     rows += nvmath_rows(backend, case, a, b, c, repeats, autotune)
