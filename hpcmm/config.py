@@ -51,6 +51,8 @@ DEFAULT_SIZE_GPU = 8192
 DEFAULT_SIZE_CPU = 1024
 #: Most panels in flight ahead of the GEMM (``--prefetch``).
 MAX_PREFETCH = 8
+#: ``HPCMM_STEP_ORDER``: the SUMMA steps' order on each rank (:class:`RunConfig` ``step_order``).
+STEP_ORDERS = ("auto", "common")
 #: Files the command line names itself when ``--out`` is not given (see :func:`new_output_name`).
 OUTPUT_PATTERN = "hpcmm-results-%Y%m%d-%H%M%S"
 
@@ -220,6 +222,10 @@ ENVIRONMENT: dict[str, EnvSetting] = {
     "HPCMM_TIMELINE": EnvSetting(
         "timeline", _yes_no("HPCMM_TIMELINE"), "record every transfer and GEMM (yes or no)"
     ),
+    "HPCMM_STEP_ORDER": EnvSetting(
+        "step_order", _choice("HPCMM_STEP_ORDER", STEP_ORDERS),
+        "auto (on one node each rank starts k with its own blocks) or common (every rank in the same order)",
+    ),
     "HPCMM_GEMM_ORDER": EnvSetting(
         "gemm_order", lambda t: parse_order("HPCMM_GEMM_ORDER", t),
         "the GEMM's operand orders, A's then B's (FC, CC, CF, FF; auto: hpcmm.gemm_orders' table)",
@@ -291,6 +297,9 @@ class RunConfig:
     quiet: bool = False
     #: The local GEMM's operand orders (:mod:`hpcmm.gemm_orders`): ``auto`` (the table) or FC, CC, CF, FF.
     gemm_order: str = GEMM_ORDER_AUTO
+    #: The order of the SUMMA steps on each rank: ``auto`` (each starts with its own blocks where every
+    #: panel is a one-sided pull, :func:`~hpcmm.algorithms.own_start`) or ``common`` (the same everywhere).
+    step_order: str = "auto"
     #: ``summa``, ``2.5d`` (the layer count the cost model finds fastest), ``2.5d:C`` or ``auto``.
     algo: str = "summa"
     #: Machine description for ``--algo auto`` and ``2.5d`` (a built-in name or a JSON file; ``None``: the model's default).
@@ -329,6 +338,8 @@ class RunConfig:
         if self.gemm_order != GEMM_ORDER_AUTO and self.gemm_order not in GEMM_ORDERS:
             raise InputError(f"HPCMM_GEMM_ORDER={self.gemm_order!r}: expected {GEMM_ORDER_AUTO} or one of "
                              f"{', '.join(GEMM_ORDERS)}")
+        if self.step_order not in STEP_ORDERS:
+            raise InputError(f"HPCMM_STEP_ORDER={self.step_order!r}: expected one of {', '.join(STEP_ORDERS)}")
         algo = parse_algo(self.algo, self.origin("algo"))
         if algo.name != "summa" and self.grid is not None:
             raise InputError(f"--grid={self.grid[0]}x{self.grid[1]}: applies to --algo=summa only, not "

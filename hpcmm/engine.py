@@ -43,7 +43,7 @@ from time import perf_counter
 
 import numpy as np
 
-from .algorithms import Step, panel_candidates, ring_depth, summa_plan
+from .algorithms import Step, own_start, panel_candidates, ring_depth, summa_plan
 from .balance import ranks_per_device
 from .config import RunConfig
 from .errors import InputError, agree, collective_setup, raised_everywhere
@@ -227,8 +227,16 @@ class Engine:
             agree(topo.comm, InputError(f"{config.origin('panel')}={self.panel}: wider than k={layout.k}"))
         # Before the plan: a huge k must be refused, not planned step by step.
         self._check_memory()
+        #: ``own-first``: where every panel is a one-sided pull (one node), each rank starts k with its
+        #: own blocks (:func:`~hpcmm.algorithms.own_start`); ``common``: every rank in the same order,
+        #: which the broadcasts between nodes need.
+        self.step_order = "own-first" if config.step_order == "auto" and topo.vnode_count == 1 else "common"
+        first_k, first_own = own_start(layout, topo.rank) if self.step_order == "own-first" else (0, False)
         # Ramp up the first panels only where transfers exist and can overlap.
-        self.plan: list[Step] = summa_plan(layout, self.panel, ramp=config.prefetch > 0 and topo.size > 1)
+        ramp = config.prefetch > 0 and topo.size > 1 and not first_own
+        self.plan: list[Step] = summa_plan(layout, self.panel, ramp=ramp, first_k=first_k)
+        #: Steps of the longest plan: every rank's step records are that long (zeros after its own).
+        self.steps = max(topo.comm.allgather(len(self.plan)))
         shapes = layout.local_shapes(topo.rank)
         self.a_shape, self.b_shape, self.c_shape = shapes["A"], shapes["B"], shapes["C"]
         self.m_loc, self.n_loc = self.c_shape
@@ -447,8 +455,8 @@ class Engine:
     def _times(self, product_start, product_end, marks: dict[int, StepMarks], start: float) -> IterationTimes:
         elapsed = self.backend.elapsed
         nsteps = len(self.plan)
-        steps = np.zeros((nsteps, len(PHASES)))
-        host = np.zeros(nsteps)
+        steps = np.zeros((self.steps, len(PHASES)))
+        host = np.zeros(self.steps)
         rows = []
         previous_end = 0.0
         for s in range(nsteps):

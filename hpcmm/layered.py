@@ -130,6 +130,8 @@ class LayeredEngine:
             self.engine = Engine(self.layer_topo, backend, self.layout.layer_layout(self.layer), layer_config,
                                  cuda_aware, c_storage=self.reduction.storage)
         self.plan = self.engine.plan
+        #: The layer engine's step order (the same in every layer: their topologies span the same nodes).
+        self.step_order = self.engine.step_order
         #: Steps of the longest layer plan: every rank's step records are that long (zeros after its own).
         self.steps = topo.comm.allreduce(len(self.plan), op=MPI.MAX)
 

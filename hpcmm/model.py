@@ -5,7 +5,9 @@ grid, the placement of ranks on nodes, the panel and prefetch, and a
 :class:`Machine`, and replays what :mod:`hpcmm.engine` and
 :mod:`hpcmm.transport.channel` do, step by step, for every rank at once:
 
-* the plan is :func:`hpcmm.algorithms.summa_plan` itself (ramp included) and
+* the plan is :func:`hpcmm.algorithms.summa_plan` itself (ramp included), on
+  one node each rank's own (from :func:`hpcmm.algorithms.own_start`, as the
+  engine's ``own-first`` order: ``step_order="common"`` models the other), and
   the panel the engine's (:func:`hpcmm.algorithms.auto_panel`, narrowed by
   :func:`hpcmm.algorithms.panel_candidates` where its ring would not fit);
 * the host loop of the engine: panels ``0 … prefetch-1`` fetched first, then
@@ -26,8 +28,8 @@ grid, the placement of ranks on nodes, the panel and prefetch, and a
 
 Worked example: ``predict(Problem(8192, 8192, 8192, "float64"), ranks=2,
 machine=builtin("h200x2"))`` gives a 2×1 grid, one B panel per step over IPC,
-and a time a few per cent above the GEMM alone (the first, narrow panel's pull
-and the narrow ramp GEMMs).
+and a time just above the GEMM alone: each rank multiplies its own block first
+(one whole step, no ramp) while the other block's panel arrives.
 
 Beside SUMMA (``summa``) it predicts ``2.5d:C`` (k cut over C layers of every
 node, partial C reduced over IPC at the end; built: :mod:`hpcmm.layered`, and
@@ -46,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .algorithms import panel_candidates, ring_depth, summa_plan
+from .algorithms import own_start, panel_candidates, ring_depth, summa_plan
 from .errors import InputError
 from .gemm_orders import gemm_order, scratch_slots
 from .layout import Grid, Layout, padded
@@ -498,7 +500,7 @@ class Prediction:
 def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: int | None = None,
             ranks_per_host: int | None = None, grid: tuple[int, int] | None = None,
             panel: int | None = None, prefetch: int = 1, algo: str = "summa",
-            cuda_aware: bool | None = None) -> Prediction:
+            cuda_aware: bool | None = None, step_order: str = "auto") -> Prediction:
     """Predict one product.  See the module docstring for what is modelled.
 
     Parameters
@@ -520,6 +522,9 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
         ``summa`` (hpcmm as built), ``split-relay``, ``2.5d`` / ``2.5d:C``, or ``auto`` (the fastest).
     cuda_aware : bool, optional
         Default: the machine's.
+    step_order : str
+        ``auto``: as the engine, each rank in its own order where the job is on one
+        (virtual) node; ``common``: every rank in the same order (``HPCMM_STEP_ORDER``).
     """
     if ranks < 1:
         raise InputError(f"--ranks={ranks}: must be at least 1")
@@ -527,17 +532,18 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
         raise InputError(f"--prefetch={prefetch}: must be at least 0")
     if algo == "auto":
         options = [predict(problem, ranks, machine, ranks_per_node=ranks_per_node, ranks_per_host=ranks_per_host,
-                           grid=grid, panel=panel, prefetch=prefetch, algo=a, cuda_aware=cuda_aware)
+                           grid=grid, panel=panel, prefetch=prefetch, algo=a, cuda_aware=cuda_aware,
+                           step_order=step_order)
                    for a in _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host)]
         feasible = [p for p in options if math.isfinite(p.seconds)]
         return min(feasible or options, key=lambda p: p.seconds)
     if algo.startswith("2.5d"):
         return _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch,
-                            cuda_aware)
+                            cuda_aware, step_order)
     if algo not in ("summa", "split-relay"):
         raise InputError(f"--algo={algo!r}: expected one of summa, split-relay, 2.5d, 2.5d:C, auto")
     return _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid, panel, prefetch, algo,
-                     machine.cuda_aware if cuda_aware is None else cuda_aware)
+                     machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order)
 
 
 def _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host):
@@ -548,8 +554,36 @@ def _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host):
     return out
 
 
+def _plans(layout: Layout, panel: int, prefetch: int, own_first: bool) -> list[list]:
+    """Every rank's plan, as the engine makes it: its own order (:func:`~hpcmm.algorithms.own_start`), or one for all."""
+    ranks = layout.grid.size
+    if not own_first:
+        return [summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1)] * ranks
+    plans = []
+    for rank in range(ranks):
+        first_k, first_own = own_start(layout, rank)
+        plans.append(summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1 and not first_own, first_k=first_k))
+    return plans
+
+
+def _merged_roles(roles: dict, operand: str, roots: np.ndarray) -> _Roles:
+    """Each rank's role for its own step's root (``-1``: no step, the rank's own, nothing moves)."""
+    present = [int(r) for r in np.unique(roots) if r >= 0]
+    if len(present) == 1 and (roots >= 0).all():
+        return roles[(operand, present[0])]
+    base = roles[(operand, present[0])]
+    ranks = np.arange(len(roots))
+    merged = _Roles(np.full(len(roots), _SELF), ranks.copy(), base.comm, base.intra, np.zeros(len(roots), bool),
+                    np.zeros(len(roots), bool), np.zeros(len(roots), int), base.node_members)
+    for root in present:
+        mine, ro = roots == root, roles[(operand, root)]
+        for field in ("role", "source", "sync", "bcast", "bcast_size"):
+            getattr(merged, field)[mine] = getattr(ro, field)[mine]
+    return merged
+
+
 def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shape, panel, prefetch, algo,
-              cuda_aware, notes=()):
+              cuda_aware, notes=(), step_order="auto"):
     grid = Grid(*(grid_shape or compute_dims(ranks)))
     if grid.size != ranks:
         raise InputError(f"--grid={grid}: {grid.size} ranks, not {ranks}")
@@ -563,8 +597,15 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
         panel = next((w for w in widths if _fits(problem, grid, w, prefetch, machine, sharers)), widths[-1])
     if panel > problem.k:
         raise InputError(f"--panel={panel}: wider than k={problem.k}")
-    plan = summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1)
-    P, S = ranks, len(plan)
+    # The engine's own-first order needs every panel to be a pull: one (virtual) node.
+    own_first = step_order == "auto" and ranks > 1 and len(np.unique(pl.vnode)) == 1
+    plans = _plans(layout, panel, prefetch, own_first)
+    P, S = ranks, max(len(plan) for plan in plans)
+    # (ranks, steps): each rank's step f, padded past the end of a shorter plan (width 0, root -1).
+    has = np.array([[f < len(plan) for f in range(S)] for plan in plans], dtype=bool).reshape(P, S)
+    widths = np.array([[plan[f].width if f < len(plan) else 0 for f in range(S)] for plan in plans]).reshape(P, S)
+    a_roots = np.array([[plan[f].a_root if f < len(plan) else -1 for f in range(S)] for plan in plans]).reshape(P, S)
+    b_roots = np.array([[plan[f].b_root if f < len(plan) else -1 for f in range(S)] for plan in plans]).reshape(P, S)
     ranks_arr = np.arange(P)
     prow, pcol = ranks_arr // grid.cols, ranks_arr % grid.cols
     m_loc = np.array([layout.extent(layout.rows(r)) for r in prow])
@@ -573,16 +614,15 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     path_net = "staged" if staged else "mpi"
     path_intra = "ipc" if on_gpu else "shm"
 
-    roles = {("A", r): _roles(grid, pl, "A", r) for r in {s.a_root for s in plan}}
-    roles.update({("B", r): _roles(grid, pl, "B", r) for r in {s.b_root for s in plan}})
+    roles = {("A", int(r)): _roles(grid, pl, "A", int(r)) for r in np.unique(a_roots[has])}
+    roles.update({("B", int(r)): _roles(grid, pl, "B", int(r)) for r in np.unique(b_roots[has])})
     ring = prefetch + 1
     ring_ch = {op: max(ring, 2) if any((roles[key].bcast.any()) for key in roles if key[0] == op) else ring
                for op in ("A", "B")}
 
     share = np.where(pl.sharers > 1, pl.sharers / machine.shared_device_efficiency, 1.0)
-    widths = np.array([s.width for s in plan])
-    gemm = np.stack([machine.gemm_seconds(m_loc, n_loc, w, problem.dtype, i > 0) * share
-                     for i, w in enumerate(widths)], axis=1) if S else np.zeros((P, 0))
+    gemm = np.stack([np.where(has[:, i], machine.gemm_seconds(m_loc, n_loc, widths[:, i], problem.dtype, i > 0), 0.0)
+                     * share for i in range(S)], axis=1) if S else np.zeros((P, 0))
 
     host = np.zeros(P)
     stream = np.zeros(P)  # the communication stream (== host on a CPU)
@@ -613,13 +653,12 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
 
     def fetch(f: int) -> None:
         nonlocal host, stream
-        step = plan[f]
         free = gend[:, f - prefetch - 1] if f - prefetch - 1 >= 0 else np.zeros(P)
-        for op, root, rows in (("A", step.a_root, m_loc), ("B", step.b_root, n_loc)):
-            ro = roles[(op, root)]
-            nbytes = (step.width * rows * isz).astype(float)
+        for op, roots, rows in (("A", a_roots[:, f], m_loc), ("B", b_roots[:, f], n_loc)):
+            ro = _merged_roles(roles, op, roots)
+            nbytes = (widths[:, f] * rows * isz).astype(float)
             slot = f % ring_ch[op]
-            t = host + step_us
+            t = host + np.where(has[:, f], step_us, 0.0)
             new_host, new_stream, rdy = t.copy(), stream.copy(), np.zeros(P)
             pulls = ro.role == _PULL
             split = algo == "split-relay" and ro.bcast.any()
@@ -719,6 +758,8 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
             if prefetch == 0:
                 fetch(s)
             start = np.maximum.reduce([host, previous, ready["A"][:, s], ready["B"][:, s]])
+            # past the end of its plan a rank has no GEMM: it ended with its last one
+            start = np.where(has[:, s], start, previous)
             gend[:, s] = start + gemm[:, s]
             wait[:, s] = start - previous
             previous = gend[:, s]
@@ -827,7 +868,8 @@ def _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn
     return sliced.replace(gemm={k: dataclasses.replace(v, tflops=v.tflops * scale) for k, v in sliced.gemm.items()})
 
 
-def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch, cuda_aware):
+def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch, cuda_aware,
+                 step_order="auto"):
     """2.5D with k cut over ``c`` layers inside each node (``run --algo 2.5d:C``, :mod:`hpcmm.layered`).
 
     Each layer runs hpcmm's SUMMA on (m, n, k/c) over ranks/c ranks, using the
@@ -842,7 +884,7 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
     node = ranks_per_node or per_host
     if algo == "2.5d":
         options = [_predict_25d(problem, ranks, machine, f"2.5d:{c}", ranks_per_node, ranks_per_host, panel,
-                                prefetch, cuda_aware) for c in (2, 4, 8) if node % c == 0 and ranks % c == 0]
+                                prefetch, cuda_aware, step_order) for c in (2, 4, 8) if node % c == 0 and ranks % c == 0]
         if not options:
             raise InputError(f"--algo=2.5d: no layer count of 2, 4, 8 divides the {node} ranks of each node")
         return min(options, key=lambda p: p.seconds)
@@ -858,7 +900,7 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
     rpn = node // c
     sliced = _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn)
     pred = _simulate(sub, ranks // c, sliced, rpn, per_host // c, None, panel, prefetch, "summa",
-                     machine.cuda_aware if cuda_aware is None else cuda_aware)
+                     machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order)
     rows, cols = compute_dims(ranks // c)
     block = -(-problem.m // rows) * -(-problem.n // cols) * problem.itemsize
     reduce = 0.0

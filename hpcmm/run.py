@@ -91,7 +91,7 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
             # The line starts "grid RxC |" as it always has (job scripts and their tests wait for it).
             say(f"grid {layout.grid}{_layers_note(choice)} | {choice.ran} | {layout.m}x{layout.k} @ "
                 f"{layout.k}x{layout.n} {config.dtype} | {backend.name} | panel {engine.panel}, "
-                f"{len(engine.plan)} step(s), prefetch {engine.prefetch} | balance {config.balance}")
+                f"{engine.steps} step(s), prefetch {engine.prefetch} | balance {config.balance}")
             verify = _load_inputs(engine, config, sources, say)
             timings = _timed_products(engine, config, say)
             check = _verify(engine, config, verify)
@@ -255,7 +255,7 @@ def timing_bytes(steps: int, iters: int, ranks: int, timeline: bool) -> int:
 
 def _check_bookkeeping(topo, engine: Engine, config: RunConfig) -> None:
     """Collective: refuse a run whose timings cannot fit in rank 0's host memory, before the products."""
-    steps = len(engine.plan)
+    steps = engine.steps
     need = timing_bytes(steps, config.iters, topo.size, config.timeline)
     error = None
     if topo.rank == 0:
@@ -363,7 +363,7 @@ def _verify(engine: Engine, config: RunConfig, verify: str) -> Check | None:
     """Collective: the check of C that ``verify`` names (``none``: no check)."""
     # 2.5D stores C once more per partial block added in the reduction.
     # (the longest layer's steps, so that every rank models the same rounding).
-    stores = engine.steps + engine.layers.count - 1 if isinstance(engine, LayeredEngine) else len(engine.plan)
+    stores = engine.steps + engine.layers.count - 1 if isinstance(engine, LayeredEngine) else engine.steps
     product = Product(engine.A, engine.B, engine.C, config.dtype, stores, config.tf32)
     if verify == "freivalds":
         return freivalds(engine.topo, engine.layout, engine.backend, product, config.seed)
@@ -401,10 +401,11 @@ class RankReport:
     transfers: list[tuple[int, int, str, int]]
     memory: dict
     reduce_seconds: np.ndarray | None = None  # (iters,) 2.5D: the reduce-scatter inside each product
+    plan: list[dict] = dataclasses.field(default_factory=list)  # this rank's steps, rows of /timings/plans
 
 
 def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, timings: Timings) -> RankReport:
-    rank, products, nsteps = engine.topo.rank, timings.products, len(engine.plan)
+    rank, products, nsteps = engine.topo.rank, timings.products, engine.steps
     timeline = None
     if config.timeline and products:
         timeline = np.concatenate([
@@ -426,7 +427,13 @@ def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, ti
         memory={"rank": rank, "peak_bytes": int(backend.peak_memory()), "needed_bytes": int(engine.needed_bytes()),
                 "device": "gpu" if backend.on_gpu else "cpu"},
         reduce_seconds=np.array([t.reduce for t in products]) if layered else None,
+        plan=[dict(rank=rank, **_step_row(s)) for s in engine.plan],
     )
+
+
+def _step_row(step) -> dict:
+    """A SUMMA step as a row of ``/timings/steps`` and ``/timings/plans``."""
+    return dict(index=step.index, k0=step.k0, k1=step.k1, a_root=step.a_root, b_root=step.b_root)
 
 
 def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[RankReport],
@@ -436,7 +443,7 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
     attributes = config.as_attributes()
     attributes.update(m=layout.m, n=layout.n, k=layout.k, grid=str(layout.grid), panel=engine.panel,
                       panel_auto=engine.panel_auto, prefetch=engine.prefetch, ring=engine.ring,
-                      backend=backend.name, steps=len(engine.plan),
+                      backend=backend.name, steps=engine.steps, step_order_used=engine.step_order,
                       cuda_aware_mpi_decision=awareness.aware, cuda_aware_mpi_reason=awareness.reason,
                       ranks_per_node=topo.ranks_per_node or 0, nodes=topo.vnode_count)
     attributes.update(setup.arrangement.attributes(layout))
@@ -449,7 +456,7 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
         config=attributes,
         versions=versions(backend),
         topology=figures.topology,
-        steps=[dict(index=s.index, k0=s.k0, k1=s.k1, a_root=s.a_root, b_root=s.b_root) for s in engine.plan],
+        steps=[_step_row(s) for s in engine.plan],
         iteration_seconds=figures.iteration_seconds,
         step_seconds=figures.step_seconds,
         timeline=np.concatenate(timelines) if timelines else None,
@@ -461,7 +468,7 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
         extra={"timings": (
             {"clock": clock_method, "clock_uncertainty": max(r.clock_uncertainty for r in reports)},
             {"product_seconds": figures.product_seconds, "start_seconds": figures.start_seconds,
-             "host_seconds": figures.host_seconds,
+             "host_seconds": figures.host_seconds, "plans": [row for r in reports for row in r.plan],
              **({"reduce_seconds": np.stack([r.reduce_seconds for r in reports])}
                 if reports[0].reduce_seconds is not None else {})})},
     )

@@ -77,9 +77,23 @@ def test_four_ranks_write_a_complete_file(mpiexec, tmp_path):
 
         assert f["timings/iteration_seconds"].shape == (4, 2)
         assert f["timings/step_seconds"].shape == (4, 2, steps, 3)
+        # One node: each rank starts k with its own blocks (HPCMM_STEP_ORDER=auto), so the plans differ;
+        # /timings/steps is rank 0's, /timings/plans every rank's, each covering k once.
+        assert config["step_order_used"] == "own-first"
         plan = f["timings/steps"][()]
-        assert len(plan) == steps and plan["k0"][0] == 0 and plan["k1"][-1] == k
-        assert (plan["k1"] - plan["k0"] <= 3).all()
+        assert plan["k0"][0] == 0 and (plan["k1"] - plan["k0"] <= 3).all()
+        plans = f["timings/plans"][()]
+        lengths = []
+        for rank in range(4):
+            mine = plans[plans["rank"] == rank]
+            assert list(mine["index"]) == list(range(len(mine)))
+            assert sorted(zip(mine["k0"], mine["k1"]))[0][0] == 0 and (mine["k1"] - mine["k0"]).sum() == k
+            assert (mine["k1"] - mine["k0"] <= 3).all()
+            lengths.append(len(mine))
+        assert max(lengths) == steps and len(plan) == lengths[0]
+        # The diagonal (0, 0), (1, 1) starts where its own A and B blocks meet, (0, 1) and (1, 0) with
+        # their larger own panel: B's at (0, 1) (11 columns against 16 rows of A: A's), A's at (1, 0).
+        assert [int(plans[plans["rank"] == r]["k0"][0]) for r in range(4)] == [0, 7, 0, 7]
 
         events = f["timeline/events"]
         assert events.shape[1] == 7
@@ -87,7 +101,7 @@ def test_four_ranks_write_a_complete_file(mpiexec, tmp_path):
             "rank", "iteration", "stream", "kind", "step", "start", "end"]
         ev = events[()]
         assert set(ev[:, 0]) == {0, 1, 2, 3} and set(ev[:, 1]) == {0, 1}
-        assert len(ev) == 4 * 2 * steps * 3  # per rank, iteration and step: a GEMM, an A and a B transfer
+        assert len(ev) == 2 * sum(lengths) * 3  # per rank, iteration and own step: a GEMM, an A and a B transfer
         assert (ev[:, 6] >= ev[:, 5]).all()
 
         transfers = f["transfers"][()]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hpcmm import model
-from hpcmm.algorithms import Step, auto_panel, summa_plan
+from hpcmm.algorithms import Step, auto_panel, own_start, summa_plan
 from hpcmm.errors import InputError
 from hpcmm.layout import Grid, Layout
 from hpcmm.model import GemmCurve, Problem, builtin, predict
@@ -46,8 +46,12 @@ def test_steps_are_summa_plan(ranks, rpn, prefetch, shape):
     rows, cols = model.compute_dims(ranks)
     layout = Layout(*shape, Grid(rows, cols))
     panel = auto_panel(layout, 8, on_gpu=True, shared=ranks > 2)  # h200x2: more than 2 ranks share its GPUs
-    plan = summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1)
-    assert (p.panel, p.steps, p.grid) == (panel, len(plan), f"{rows}x{cols}")
+    if rpn is None or rpn >= ranks:  # one node: each rank's own order, as the engine takes it
+        starts = [own_start(layout, r) for r in range(ranks)]
+        plans = [summa_plan(layout, panel, ramp=prefetch > 0 and not own, first_k=first) for first, own in starts]
+    else:
+        plans = [summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1)]
+    assert (p.panel, p.steps, p.grid) == (panel, max(map(len, plans)), f"{rows}x{cols}")
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 6, 8, 12, 16, 18, 64, 512])
@@ -544,8 +548,10 @@ def _plan_of_their_day(layout, panel, ramp=False):
 
 @pytest.fixture
 def plan_of_their_day(monkeypatch):
-    """The model walks the plan the pinned runs took (:func:`_plan_of_their_day`)."""
-    monkeypatch.setattr(model, "summa_plan", _plan_of_their_day)
+    """The model walks the plan the pinned runs took (:func:`_plan_of_their_day`), in the common order
+    (every rank in the same order: those runs had no ``own-first``)."""
+    monkeypatch.setattr(model, "_plans", lambda layout, panel, prefetch, own_first: [
+        _plan_of_their_day(layout, panel, ramp=prefetch > 0 and layout.grid.size > 1)] * layout.grid.size)
 
 
 def test_the_plan_of_their_day_differs_only_where_a_block_had_a_rest():
@@ -663,11 +669,12 @@ def _machine_1130(kind):
                                   / f"h200x2-2026-11-30-{kind}.json"))
 
 
-def _predicted_1130(row):
+def _predicted_1130(row, step_order="common"):
+    """The model's seconds for a pinned row; those runs took every step in the common order."""
     kind, ranks, m, n, k, dtype, rpn, algo, panel, aware, _ = row
     grid = tuple(model.compute_dims(ranks)) if algo == "summa" else None
     return predict(Problem(m, n, k, dtype), ranks, _machine_1130(kind), ranks_per_node=rpn, ranks_per_host=ranks,
-                   grid=grid, panel=panel, prefetch=1, algo=algo, cuda_aware=aware).seconds
+                   grid=grid, panel=panel, prefetch=1, algo=algo, cuda_aware=aware, step_order=step_order).seconds
 
 
 @pytest.mark.parametrize("index", range(len(MEASURED_1130)))

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcmm.algorithms import Step, auto_panel, panel_candidates, summa_plan
+from hpcmm.algorithms import Step, auto_panel, own_start, panel_candidates, summa_plan
 from hpcmm.layout import Grid, Layout, block_range
 
 GRIDS = [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (1, 3), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1)]
@@ -427,3 +427,78 @@ def test_gpus_shared_is_one_answer_for_every_rank():
     assert ask([0], []) is True                     # two ranks on GPU 0
     assert ask([], [2]) is True                     # this rank's GPU alone, another node's shared
     assert ask([0], [], on_gpu=False) is False      # CPUs: no panel narrowing
+
+
+# -- each rank's own order (own_start) ------------------------------------------------
+
+
+def check_own_plan(layout: Layout, rank: int, panel: int, ramp: bool) -> list[Step]:
+    """A plan from ``own_start``: the same pieces of k once each, from the rank's start around to it."""
+    first_k, first_own = own_start(layout, rank)
+    steps = summa_plan(layout, panel, ramp=ramp and not first_own, first_k=first_k)
+    k = layout.k
+    assert steps[0].k0 == first_k
+    assert [s.index for s in steps] == list(range(len(steps)))
+    wrapped = [s for s in steps if s.k0 < first_k]
+    assert steps == [s for s in steps if s.k0 >= first_k] + wrapped, "from the start to k, then from 0"
+    covered = sorted((s.k0, s.k1) for s in steps)
+    assert covered[0][0] == 0 and covered[-1][1] == k
+    assert all(a[1] == b[0] for a, b in zip(covered, covered[1:])), f"k covered with gaps or twice: {covered}"
+    for s in steps:
+        assert 0 < s.width <= panel, s
+        a_lo, a_hi = layout.a_k(s.a_root)
+        b_lo, b_hi = layout.b_k(s.b_root)
+        assert a_lo <= s.k0 < s.k1 <= a_hi and b_lo <= s.k0 < s.k1 <= b_hi, s
+        assert s.a_offset == s.k0 - a_lo and s.b_offset == s.k0 - b_lo, s
+    row, col = layout.grid.coords(rank)
+    if first_own:
+        assert (steps[0].a_root, steps[0].b_root) == (col, row), "the first panels are the rank's own"
+    elif layout.extent(layout.a_k(col)) or layout.extent(layout.b_k(row)):
+        assert steps[0].a_root == col or steps[0].b_root == row, "one of the first panels is the rank's own"
+    return steps
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("k, panel", [(24, 4), (24, 5), (23, 1), (31, 100), (3, 2), (1001, 64), (16384, 8192)])
+@pytest.mark.parametrize("ramp", [False, True])
+def test_own_order_plans(grid, k, panel, ramp):
+    layout = Layout(13, 11, k, Grid(*grid))
+    for rank in range(layout.grid.size):
+        check_own_plan(layout, rank, panel, ramp)
+
+
+@given(rows=st.integers(1, 5), cols=st.integers(1, 5), k=st.integers(1, 300), panel=st.integers(1, 80),
+       m=st.integers(1, 40), n=st.integers(1, 40), data=st.data())
+def test_own_order_plans_random(rows, cols, k, panel, m, n, data):
+    """Weighted blocks too (some empty where k is short): every rank's plan is valid."""
+    weights = data.draw(st.none() | st.lists(st.floats(0.1, 1.0), min_size=rows * cols, max_size=rows * cols))
+    layout = Layout(m, n, k, Grid(rows, cols), weights=weights)
+    for rank in range(rows * cols):
+        check_own_plan(layout, rank, panel, ramp=data.draw(st.booleans()))
+
+
+def test_two_ranks_start_with_their_own_block():
+    """2 ranks at 16384 (grid 2x1): each multiplies its own 8192-deep block first, in one whole step,
+    without a ramp, while the other block's panel arrives; then that panel."""
+    layout = Layout(64, 64, 16384, Grid(2, 1))
+    plans = []
+    for rank in range(2):
+        first_k, first_own = own_start(layout, rank)
+        assert first_own
+        plans.append([(s.k0, s.k1, s.b_root) for s in summa_plan(layout, 8192, ramp=not first_own, first_k=first_k)])
+    assert plans == [[(0, 8192, 0), (8192, 16384, 1)], [(8192, 16384, 1), (0, 8192, 0)]]
+
+
+def test_off_diagonal_ranks_start_with_their_larger_own_panel():
+    """2x2, m = 100 rows against n = 10 columns: A's panels (50 per k) are the larger, so ranks off
+    the diagonal start at their own A block; B's first panel is the one they wait for."""
+    layout = Layout(100, 10, 40, Grid(2, 2))
+    assert [own_start(layout, r) for r in range(4)] == [(0, True), (20, False), (0, False), (20, True)]
+    wide = Layout(10, 100, 40, Grid(2, 2))  # B's panels (50 per k) are the larger
+    assert [own_start(wide, r) for r in range(4)] == [(0, True), (0, False), (20, False), (20, True)]
+
+
+@pytest.mark.parametrize("first_k", [-1, 24, 30])
+def test_plan_rejects_a_start_outside_k(first_k):
+    with pytest.raises(ValueError, match=f"first_k={first_k}"):
+        summa_plan(Layout(4, 4, 24, Grid(2, 1)), 4, first_k=first_k)

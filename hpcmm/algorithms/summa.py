@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from ..layout import Layout
 
-__all__ = ["Step", "auto_panel", "panel_candidates", "ring_depth", "summa_plan"]
+__all__ = ["Step", "auto_panel", "own_start", "panel_candidates", "ring_depth", "summa_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Step:
         return self.k1 - self.k0
 
 
-def summa_plan(layout: Layout, panel: int, ramp: bool = False) -> list[Step]:
+def summa_plan(layout: Layout, panel: int, ramp: bool = False, first_k: int = 0) -> list[Step]:
     """The steps of SUMMA for ``layout`` with panels at most ``panel`` wide.
 
     With ``ramp`` the first panels are narrower (``panel/8``, doubling up to
@@ -68,35 +68,75 @@ def summa_plan(layout: Layout, panel: int, ramp: bool = False) -> list[Step]:
     a narrow step followed by a whole panel cannot hide that panel's
     transfer (tf32 16384 on 2 × H200: a 1024 sliver before an 8192 step left
     1.6 ms of a 15 ms product waiting).
+
+    ``first_k`` starts the plan there and wraps around: ``[first_k, k)``, then
+    ``[0, first_k)`` (:func:`own_start`).  It must be where a block of A or of
+    B begins, so that the steps are the same pieces of k in another order.
     """
     if panel < 1:
         raise ValueError(f"panel width {panel} must be positive")
     k = layout.k
+    if k and not 0 <= first_k < k or not k and first_k:
+        raise ValueError(f"SUMMA plan: first_k={first_k} is outside k={k}")
     steps: list[Step] = []
     widths: list[int] = []
     if ramp and k > 0:
-        first_block = min(layout.extent(layout.a_k(layout.a_k_owner(0))),
-                          layout.extent(layout.b_k(layout.b_k_owner(0))))
-        widths = _ramp_widths(first_block, panel)
-    k0 = 0
-    while k0 < k:
-        # The layout's own owners: with weights the k blocks are not near-equal.
-        a_root = layout.a_k_owner(k0)
-        b_root = layout.b_k_owner(k0)
-        a_lo, a_hi = layout.a_k(a_root)
-        b_lo, b_hi = layout.b_k(b_root)
-        # Each step must start inside both owners' blocks and move k on: a plan that
-        # does not cover k is a bug, and it must fail here rather than loop for ever.
-        if not (a_lo <= k0 < a_hi and b_lo <= k0 < b_hi):
-            raise ValueError(f"SUMMA plan: k={k0} is not in the A block [{a_lo}, {a_hi}) of column "
-                             f"{a_root} or the B block [{b_lo}, {b_hi}) of row {b_root} (grid {layout.grid})")
-        width = widths[len(steps)] if len(steps) < len(widths) else panel
-        k1 = min(k0 + width, a_hi, b_hi)
-        steps.append(Step(len(steps), k0, k1, a_root, k0 - a_lo, b_root, k0 - b_lo))
-        k0 = k1
-    if not steps and k > 0 or (steps and (steps[0].k0, steps[-1].k1) != (0, k)):
+        a_hi = layout.a_k(layout.a_k_owner(first_k))[1]
+        b_hi = layout.b_k(layout.b_k_owner(first_k))[1]
+        widths = _ramp_widths(min(a_hi, b_hi) - first_k, panel)
+    for lo, hi in ((first_k, k), (0, first_k)):
+        k0 = lo
+        while k0 < hi:
+            # The layout's own owners: with weights the k blocks are not near-equal.
+            a_root = layout.a_k_owner(k0)
+            b_root = layout.b_k_owner(k0)
+            a_lo, a_hi = layout.a_k(a_root)
+            b_lo, b_hi = layout.b_k(b_root)
+            # Each step must start inside both owners' blocks and move k on: a plan that
+            # does not cover k is a bug, and it must fail here rather than loop for ever.
+            if not (a_lo <= k0 < a_hi and b_lo <= k0 < b_hi):
+                raise ValueError(f"SUMMA plan: k={k0} is not in the A block [{a_lo}, {a_hi}) of column "
+                                 f"{a_root} or the B block [{b_lo}, {b_hi}) of row {b_root} (grid {layout.grid})")
+            width = widths[len(steps)] if len(steps) < len(widths) else panel
+            k1 = min(k0 + width, a_hi, b_hi, hi)
+            steps.append(Step(len(steps), k0, k1, a_root, k0 - a_lo, b_root, k0 - b_lo))
+            k0 = k1
+    if sum(s.width for s in steps) != k or (steps and steps[0].k0 != first_k):
         raise ValueError(f"SUMMA plan does not cover k={k}")
     return steps
+
+
+def own_start(layout: Layout, rank: int) -> tuple[int, bool]:
+    """Where ``rank`` starts k when it takes the steps in an order of its own, and whether both first panels are its own.
+
+    Where every panel is a one-sided pull (all ranks on one node,
+    :mod:`hpcmm.transport`), no rank waits for another's order, and each may
+    start with what it holds: the k range where its A block and its B block
+    meet, if they do (a process row or column of one rank, the diagonal of a
+    square grid).  Its first GEMMs then wait for no transfer, need no ramp,
+    and hide the next panels' transfers; and ranks that start at different k
+    read from different owners at each moment (the skew of Cannon's
+    algorithm) where the common order has every rank of a row read one root.
+    Where the blocks do not meet, it starts at its own block of the operand
+    with the larger panels (A's are ``m_loc`` long per k, B's ``n_loc``), so
+    that its first transfer is the smaller one.
+
+    Examples
+    --------
+    >>> from hpcmm.layout import Grid
+    >>> [own_start(Layout(64, 64, 16384, Grid(2, 1)), r) for r in range(2)]   # 2 ranks: all their own
+    [(0, True), (8192, True)]
+    >>> [own_start(Layout(64, 96, 300, Grid(2, 2)), r) for r in range(4)]
+    [(0, True), (0, False), (150, False), (150, True)]
+    """
+    row, col = layout.grid.coords(rank)
+    (a_lo, a_hi), (b_lo, b_hi) = layout.a_k(col), layout.b_k(row)
+    if max(a_lo, b_lo) < min(a_hi, b_hi):
+        return max(a_lo, b_lo), True
+    # (panel length per k, start) of each own block that holds any k; the larger panel first.
+    own = [(layout.extent(layout.rows(row)), a_lo)] if a_hi > a_lo else []
+    own += [(layout.extent(layout.cols(col)), b_lo)] if b_hi > b_lo else []
+    return (max(own, key=lambda o: o[0])[1] if own else 0), False
 
 
 def _ramp_widths(depth: int, panel: int) -> list[int]:

@@ -168,7 +168,11 @@ class PanelChannel:
     def fetch(self, root: int, offset: int, nbytes: int, step: int, slot_free) -> Transfer:
         """Bring ``nbytes`` at ``offset`` of ``root``'s block here.
 
-        Collective over ``comm``: every member fetches the same panels in the same order.
+        In a channel that spans nodes, collective over ``comm``: every member
+        fetches the same panels in the same order (the relays are broadcasts).
+        On one node a fetch is a one-sided pull from a block written before
+        the first step, so each member may take the panels in its own order
+        (:func:`~hpcmm.algorithms.own_start`).
 
         Parameters
         ----------

@@ -65,7 +65,7 @@ def main() -> int:
     times = engine.multiply()
     gemm_seconds = float(times.steps[:, 0].sum())
     pieces = topo.comm.gather((layout.c_block(me), backend.to_host(engine.C), gemm_seconds), root=0)
-    steps = len(engine.plan)
+    steps = engine.steps
     engine.close()
     topo.close()
     comm.Free()

@@ -10,6 +10,9 @@
 #       picks (bench-orders-*) and again with HPCMM_GEMM_ORDER=FC, as stored, no re-layout (bench-stored-*)
 #   bash tests/gpu/speed_check.sh panels    the panel width by type (about 6 minutes): tf32 and float16 16384,
 #       bfloat16 32768 at --panel 2048/4096/8192, float64 8192 at 1024/2048/4096, 4096 at 512/1024/2048, 16384 and 32768 at 8192
+#   bash tests/gpu/speed_check.sh steps     each rank's own step order against the common one (HPCMM_STEP_ORDER), side by
+#       side in one call (about 4 minutes): 2 ranks at float64 4096/8192/16384, tf32 and float16 16384, bfloat16
+#       32768, then 3 and 8 ranks at float64 16384, each product verified, the two orders alternating
 #   bash tests/gpu/speed_check.sh gemm      hpcmm's GEMM call against cuBLASLt's own choice (nvmath-python's Matmul,
 #       heuristic and autotuned) on the shapes of the 2-rank steps, one GPU (tests/gpu/gemm_probe.py; peers kit)
 #
@@ -94,6 +97,29 @@ if [ "${1:-all}" = panels ]; then
   for width in 512 1024 2048; do panel 4096 "$width"; done
   panel 16384 8192  # float64: whole 8192-deep blocks per step (2048 and 4096 are in the full run)
   panel 32768 8192  # float64: two steps per 16384-deep block (97.2 % at 4096, the target 98 %)
+elif [ "${1:-all}" = steps ]; then
+  # own-first (the default on one node) against common, one run each per case, alternating which goes first
+  ab() {  # ab RANKS SIZE TYPE FIRST
+    local ranks=$1 size=$2 type=$3 first=$4 opts=(--dtype "$3") second=common
+    [ "$type" = tf32 ] && opts=(--dtype float32 --tf32)
+    [ "$first" = common ] && second=auto
+    for order in "$first" "$second"; do
+      step "order-$order-n$ranks-$type-$size" 90 env HPCMM_STEP_ORDER=$order mpiexec -n "$ranks" python3 -m hpcmm \
+        --m "$size" --n "$size" --k "$size" "${opts[@]}" --iters 5 --quiet --out "$work/order-$order-n$ranks-$type-$size.h5" --overwrite
+    done
+  }
+  step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
+    --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
+  ab 2 16384 float64 common
+  ab 2 16384 tf32 auto
+  ab 2 4096 float64 common
+  ab 2 8192 float64 auto
+  ab 2 16384 float16 common
+  ab 2 32768 bfloat16 auto
+  ab 3 16384 float64 common
+  ab 8 16384 float64 auto
+  ab 2 16384 tf32 common
+  ab 2 4096 float64 auto
 elif [ "${1:-all}" = gemm ]; then
   # hpcmm's GEMM (cublasGemmEx) against cuBLASLt's heuristic and autotuned choice on the 2-rank steps
   step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
@@ -152,6 +178,16 @@ for path in sorted(glob.glob(os.path.join(work, "panel-*.h5")), key=panel_key):
         kind, size, width = panel_key(path)
         print(f"{f'{kind} {size} --panel {width}':<30}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%"
               f"{100 * s['host_overhead_fraction']:>7.2f}%  {'yes' if s['verified'] else 'NO'}")
+print()
+orders = sorted(glob.glob(os.path.join(work, "order-*.h5")), key=os.path.getmtime)
+if orders:
+    print(f"{'step order (HPCMM_STEP_ORDER)':<34}{'TFLOP/s':>9}{'exposed':>9}{'host':>8}{'steps':>6}  used        ok")
+for path in orders:
+    with h5py.File(path, "r") as f:
+        s, c = f["summary"].attrs, f["config"].attrs
+        print(f"{os.path.basename(path)[6:-3]:<34}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%"
+              f"{100 * s['host_overhead_fraction']:>7.2f}%{int(c['steps']):>6}  {dec(c['step_order_used']):<11} "
+              f"{'yes' if s['verified'] else 'NO'}")
 print()
 print("one-GPU candidates (TFLOP/s, mean of the 2 GPUs; * = best):")
 for path in sorted(glob.glob(os.path.join(work, "bench-*.h5"))):

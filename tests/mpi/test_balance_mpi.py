@@ -114,7 +114,7 @@ def test_product_over_weighted_blocks(shape, ranks_per_node, dims, panel, prefet
         engine.load(generate_block(5, "A", (m, k), ar, ac, "float64"), generate_block(5, "B", (k, n), br, bc, "float64"))
         engine.multiply()
         pieces = topo.comm.gather((layout.c_block(me), backend.to_host(engine.C)), root=0)
-        steps = len(engine.plan)
+        steps = engine.steps
     finally:
         if engine is not None:
             engine.close()

@@ -30,6 +30,7 @@ from mpi4py import MPI
 
 import hpcmm
 from hpcmm.config import RunConfig
+from hpcmm.algorithms import own_start
 from hpcmm.dtypes import BFLOAT16, read_dataset, to_storage
 from hpcmm.engine import Engine
 from hpcmm.errors import InputError, VerificationError
@@ -195,13 +196,44 @@ def test_repeated_products_and_prefetch_ring(mpi_tmp_path):
     on_rank0(lambda: _check_timings(result, mpi_tmp_path / "result.h5", iters=3))
 
 
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("step_order, ranks_per_node", [("auto", None), ("common", None), ("auto", 1)])
+def test_step_orders(mpi_tmp_path, step_order, ranks_per_node):
+    """Each rank's own order on one node, the common one when asked or across (virtual) nodes: C right either way."""
+    m, n, k = shape("uneven")
+    result = run_and_compare(mpi_tmp_path, m=m, n=n, k=k, panel=3, prefetch=2, iters=2,
+                             step_order=step_order, ranks_per_node=ranks_per_node)
+    one_node = ranks_per_node is None or P <= ranks_per_node
+    expected = "own-first" if step_order == "auto" and one_node else "common"
+
+    def check():
+        _check_timings(result, mpi_tmp_path / "result.h5", iters=2)
+        with h5py.File(mpi_tmp_path / "result.h5", "r") as f:
+            assert f["config"].attrs["step_order_used"] == expected
+            plans = f["timings/plans"][()]
+            grid = tuple(int(x) for x in f["config"].attrs["grid"].split("x"))
+        layout = Layout(m, n, k, Grid(*grid))
+        for rank in range(P):
+            first = int(plans[plans["rank"] == rank]["k0"][0])
+            assert first == (own_start(layout, rank)[0] if expected == "own-first" else 0), (rank, first)
+
+    on_rank0(check)
+
+
 def _check_timings(result, path, iters):
     with h5py.File(path, "r") as f:
         steps = int(f["config"].attrs["steps"])
         assert f["timings/iteration_seconds"].shape == (P, iters)
         assert f["timings/step_seconds"].shape == (P, iters, steps, 3)
         assert (f["timings/iteration_seconds"][()] > 0).all()
-        assert len(f["timings/steps"]) == steps
+        # /timings/steps is rank 0's plan, /timings/plans every rank's: the longest is `steps` long.
+        plans = f["timings/plans"][()]
+        lengths = [int((plans["rank"] == r).sum()) for r in range(P)]
+        assert max(lengths) == steps and len(f["timings/steps"]) == lengths[0]
+        steps_of = {r: plans[plans["rank"] == r] for r in range(P)}
+        assert all((mine["k1"] - mine["k0"]).sum() == int(f["config"].attrs["k"]) for mine in steps_of.values())
+        if f["config"].attrs["step_order_used"] == "common":
+            assert all(np.array_equal(mine[["k0", "k1"]], steps_of[0][["k0", "k1"]]) for mine in steps_of.values())
     assert result.summary["seconds"] > 0 and result.summary["tflops"] > 0
 
 
