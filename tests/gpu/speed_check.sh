@@ -12,7 +12,8 @@
 #       bfloat16 32768 at --panel 2048/4096/8192, float64 8192 at 1024/2048/4096, 4096 at 512/1024/2048, 16384 and 32768 at 8192
 #   bash tests/gpu/speed_check.sh steps     each rank's own step order against the common one (HPCMM_STEP_ORDER), side by
 #       side in one call (about 4 minutes): 2 ranks at float64 4096/8192/16384, tf32 and float16 16384, bfloat16
-#       32768, then 3 and 8 ranks at float64 16384, each product verified, the two orders alternating
+#       32768, then 3 and 8 ranks at float64 16384, each product verified, the two orders alternating;
+#       STEP_CASES="RANKS:SIZE:TYPE:FIRST ..." runs those cases instead (a case named twice runs twice)
 #   bash tests/gpu/speed_check.sh gemm      hpcmm's GEMM call against cuBLASLt's own choice (nvmath-python's Matmul,
 #       heuristic and autotuned) on the shapes of the 2-rank steps, one GPU (tests/gpu/gemm_probe.py; peers kit)
 #
@@ -100,16 +101,21 @@ if [ "${1:-all}" = panels ]; then
 elif [ "${1:-all}" = steps ]; then
   # own-first (the default on one node) against common, one run each per case, alternating which goes first
   ab() {  # ab RANKS SIZE TYPE FIRST
-    local ranks=$1 size=$2 type=$3 first=$4 opts=(--dtype "$3") second=common
+    local ranks=$1 size=$2 type=$3 first=$4 opts=(--dtype "$3") second=common name
     [ "$type" = tf32 ] && opts=(--dtype float32 --tf32)
     [ "$first" = common ] && second=auto
     for order in "$first" "$second"; do
-      step "order-$order-n$ranks-$type-$size" 90 env HPCMM_STEP_ORDER=$order mpiexec -n "$ranks" python3 -m hpcmm \
-        --m "$size" --n "$size" --k "$size" "${opts[@]}" --iters 5 --quiet --out "$work/order-$order-n$ranks-$type-$size.h5" --overwrite
+      name=order-$order-n$ranks-$type-$size
+      while [ -e "$work/$name.h5" ]; do name=$name-again; done
+      step "$name" 90 env HPCMM_STEP_ORDER=$order mpiexec -n "$ranks" python3 -m hpcmm \
+        --m "$size" --n "$size" --k "$size" "${opts[@]}" --iters 5 --quiet --out "$work/$name.h5"
     done
   }
   step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
     --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
+  if [ -n "${STEP_CASES:-}" ]; then
+    for case in $STEP_CASES; do ab ${case//:/ }; done
+  else
   ab 2 16384 float64 common
   ab 2 16384 tf32 auto
   ab 2 4096 float64 common
@@ -120,6 +126,7 @@ elif [ "${1:-all}" = steps ]; then
   ab 8 16384 float64 auto
   ab 2 16384 tf32 common
   ab 2 4096 float64 auto
+  fi
 elif [ "${1:-all}" = gemm ]; then
   # hpcmm's GEMM (cublasGemmEx) against cuBLASLt's heuristic and autotuned choice on the 2-rank steps
   step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
@@ -187,7 +194,8 @@ for path in orders:
         s, c = f["summary"].attrs, f["config"].attrs
         print(f"{os.path.basename(path)[6:-3]:<34}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%"
               f"{100 * s['host_overhead_fraction']:>7.2f}%{int(c['steps']):>6}  {dec(c['step_order_used']):<11} "
-              f"{'yes' if s['verified'] else 'NO'}")
+              f"{'yes' if s['verified'] else 'NO'}  GEMM ms by rank: "
+              + " ".join(f"{1e3 * x:.2f}" for x in np.median(f["timings/step_seconds"][:, :, :, 0].sum(axis=2), axis=1)))
 print()
 print("one-GPU candidates (TFLOP/s, mean of the 2 GPUs; * = best):")
 for path in sorted(glob.glob(os.path.join(work, "bench-*.h5"))):
