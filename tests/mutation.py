@@ -82,6 +82,18 @@ MUTATIONS = {
         "            if True or \\\n",
         ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
     ),
+    "a rank off the diagonal starts with its smaller own panel": (
+        "hpcmm/algorithms/summa.py",
+        "return (max(own, key=lambda o: o[0])[1] if own else 0), False",
+        "return (min(own, key=lambda o: o[0])[1] if own else 0), False",
+        ["tests/test_summa_plan.py"],
+    ),
+    "each rank's own order forgets the wrap": (
+        "hpcmm/algorithms/summa.py",
+        "    for lo, hi in ((first_k, k), (0, first_k)):\n",
+        "    for lo, hi in ((first_k, k),):\n",
+        ["tests/test_summa_plan.py", "tests/test_cli_e2e.py"],
+    ),
     "ramp leaves the block's rest after it": (
         "hpcmm/algorithms/summa.py",
         "        widths = sorted(widths + [rest])\n",
