@@ -15,7 +15,9 @@
 #       32768, then 3 and 8 ranks at float64 16384, each product verified, the two orders alternating;
 #       STEP_CASES="RANKS:SIZE:TYPE:FIRST ..." runs those cases instead (a case named twice runs twice)
 #   bash tests/gpu/speed_check.sh gemm      hpcmm's GEMM call against cuBLASLt's own choice (nvmath-python's Matmul,
-#       heuristic and autotuned) on the shapes of the 2-rank steps, one GPU (tests/gpu/gemm_probe.py; peers kit)
+#       heuristic and autotuned) on the shapes of the 2-rank steps, one GPU (tests/gpu/gemm_probe.py; peers kit),
+#       after hpcmm's call against cupy's on the same operands, in turns, with either algorithm hint
+#       (tests/gpu/gemm_hint_probe.py: where float64 loses 6 % to cupy.matmul)
 #
 # In order of priority, each step under `timeout` and inside what is left of SPEED_BUDGET seconds
 # (default 510): a warm-up (ten float64 16384 products: the GPUs leave their idle clock), then `hpcmm bench` at 2 ranks (system MPI, peers on; Heat on its own smaller case within
@@ -131,6 +133,7 @@ elif [ "${1:-all}" = gemm ]; then
   # hpcmm's GEMM (cublasGemmEx) against cuBLASLt's heuristic and autotuned choice on the 2-rank steps
   step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
     --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
+  step gemm-hint 150 python3 tests/gpu/gemm_hint_probe.py --json "$OUT/gemm-hint.json"
   step gemm-probe 300 python3 tests/gpu/gemm_probe.py --json "$OUT/gemm-probe.json"
 elif [ "${1:-all}" = orders ]; then
   for kind in orders stored; do
@@ -207,6 +210,7 @@ for path in sorted(glob.glob(os.path.join(work, "bench-*.h5"))):
                 f"{dec(r['candidate']).replace('cupy.matmul ', '')} {fmt(r['tflops'])}{'*' if r['best'] else ''}"
                 for r in mine))
 PY
+[ -f "$work/gemm-hint.log" ] && { echo; echo "gemm hint probe (one GPU):"; cat "$work/gemm-hint.log"; } >> "$OUT/table.txt"
 [ -f "$work/gemm-probe.log" ] && { echo; echo "gemm probe (one GPU):"; cat "$work/gemm-probe.log"; } >> "$OUT/table.txt"
 { echo; echo "steps:"; cat "$steps"; } >> "$OUT/table.txt"
 tar czf "$OUT/files.tgz" -C "$work" . 2>/dev/null
