@@ -10,6 +10,9 @@ grid, the placement of ranks on nodes, the panel and prefetch, and a
   engine's ``own-first`` order: ``step_order="common"`` models the other), and
   the panel the engine's (:func:`hpcmm.algorithms.auto_panel`, narrowed by
   :func:`hpcmm.algorithms.panel_candidates` where its ring would not fit);
+* the blocks of the run's default balance (``share``, :mod:`hpcmm.arrangement`): where ranks share
+  devices unevenly, each weighs 1 / the ranks on its device, on the grid and in the order
+  :func:`hpcmm.layout.fit_grid` picks (2.5D layers: near-equal blocks, as the run takes them);
 * the host loop of the engine: panels ``0 … prefetch-1`` fetched first, then
   per step the GEMM is queued and the fetch of step ``s + prefetch`` follows
   (it waits for GEMM ``s - 1``, which released its slot);
@@ -51,7 +54,8 @@ import numpy as np
 from .algorithms import own_start, panel_candidates, ring_depth, summa_plan
 from .errors import InputError
 from .gemm_orders import gemm_order, scratch_slots
-from .layout import Grid, Layout, padded
+from .arrangement import GPU_BLOCK_QUANTUM
+from .layout import Grid, Layout, fit_grid, padded
 from .summary import product_flops
 
 __all__ = [
@@ -582,15 +586,35 @@ def _merged_roles(roles: dict, operand: str, roots: np.ndarray) -> _Roles:
     return merged
 
 
+def _shared_layout(problem, grid: Grid, pl: Placement, on_gpu: bool, fixed_shape: bool):
+    """The run's default balance (``share``, :mod:`hpcmm.arrangement`): each rank weighs 1 / the ranks on
+    its device; where the weights differ, the blocks follow them on the grid and in the rank order that
+    :func:`~hpcmm.layout.fit_grid` picks, aligned as on GPUs.  Returns the layout and the placement in
+    grid order."""
+    weights = tuple(float(w) for w in 1.0 / pl.sharers)
+    if len(set(weights)) == 1:
+        return Layout(problem.m, problem.n, problem.k, grid), pl
+    fit = fit_grid(problem.m, problem.n, problem.k, weights, preferred=grid, fixed_shape=fixed_shape)
+    order = np.array(fit.order)
+    placed = dataclasses.replace(pl, host=pl.host[order], vnode=pl.vnode[order], device=pl.device[order],
+                                 nic=pl.nic[order], sharers=pl.sharers[order])
+    layout = Layout(problem.m, problem.n, problem.k, fit.grid, weights=fit.weights,
+                    quantum=GPU_BLOCK_QUANTUM if on_gpu else 1)
+    return layout, placed
+
+
 def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shape, panel, prefetch, algo,
-              cuda_aware, notes=(), step_order="auto"):
+              cuda_aware, notes=(), step_order="auto", balance="share"):
     grid = Grid(*(grid_shape or compute_dims(ranks)))
     if grid.size != ranks:
         raise InputError(f"--grid={grid}: {grid.size} ranks, not {ranks}")
-    layout = Layout(problem.m, problem.n, problem.k, grid)
     on_gpu = machine.device == "gpu"
     isz = problem.itemsize
     pl = place(ranks, machine, ranks_per_node, ranks_per_host)
+    layout = Layout(problem.m, problem.n, problem.k, grid)
+    if balance == "share":
+        layout, pl = _shared_layout(problem, grid, pl, on_gpu, fixed_shape=grid_shape is not None)
+        grid = layout.grid
     if panel is None:  # the engine's choice: the default width, or the widest narrower one that fits
         sharers = int(pl.sharers.max())
         widths = panel_candidates([layout], isz, on_gpu, shared=on_gpu and sharers > 1)
@@ -899,8 +923,10 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
                              nics_per_node=max(1, machine.nics_per_node // c))
     rpn = node // c
     sliced = _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn)
+    # 2.5D layers take near-equal blocks in launch order (hpcmm.run).
     pred = _simulate(sub, ranks // c, sliced, rpn, per_host // c, None, panel, prefetch, "summa",
-                     machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order)
+                     machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order,
+                     balance="none")
     rows, cols = compute_dims(ranks // c)
     block = -(-problem.m // rows) * -(-problem.n // cols) * problem.itemsize
     reduce = 0.0

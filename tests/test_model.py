@@ -40,11 +40,19 @@ def test_one_rank_is_the_gemm(name, shape):
 @pytest.mark.parametrize("ranks,rpn,prefetch", [(2, None, 1), (4, 2, 1), (8, 1, 2), (6, 3, 0), (3, 1, 1), (8, 4, 3)])
 @pytest.mark.parametrize("shape", SHAPES[:4])
 def test_steps_are_summa_plan(ranks, rpn, prefetch, shape):
-    """The model walks the engine's own plan: same panel, same ramp, same steps."""
+    """The model walks the engine's own plan: same blocks, panel, ramp and steps."""
+    from hpcmm.arrangement import arrangement_for
+    from hpcmm.balance import Balance, ranks_per_device, weights_for
+    from hpcmm.mps import MpsState
+
     machine = builtin("h200x2")
     p = predict(Problem(*shape), ranks, machine, ranks_per_node=rpn, prefetch=prefetch)
-    rows, cols = model.compute_dims(ranks)
-    layout = Layout(*shape, Grid(rows, cols))
+    # The run's arrangement for the default balance: rank r on GPU r % 2 (3 ranks: weights 1/2, 1, 1/2).
+    devices = [r % 2 for r in range(ranks)]
+    balance = Balance("share", weights_for("share", devices), tuple(devices), ranks_per_device(devices))
+    idle = tuple(MpsState(False, "pipe", "/tmp/p", "not seen") for _ in devices)
+    layout = arrangement_for(balance, idle, shape, None, on_gpu=True).layout(*shape)
+    rows, cols = layout.grid.rows, layout.grid.cols
     panel = auto_panel(layout, 8, on_gpu=True, shared=ranks > 2)  # h200x2: more than 2 ranks share its GPUs
     if rpn is None or rpn >= ranks:  # one node: each rank's own order, as the engine takes it
         starts = [own_start(layout, r) for r in range(ranks)]
@@ -882,7 +890,7 @@ def test_sweep_times_tf32_in_the_order_the_run_takes():
 #: The step order A/B (docs/benchmarks.md, "Each rank starts with its own block"; `speed_check.sh
 #: steps`, system MPI, one node, IPC), median of 5 products per run, predicted with the seventh
 #: call's description (data/machines/h200x2-2026-11-30-system-d.json, an earlier call's: these
-#: calls measured none): (ranks, n, dtype, panel, HPCMM_STEP_ORDER, seconds).  The first ten rows
+#: calls measured none): (ranks, n, dtype, panel, HPCMM_STEP_ORDER, seconds).  The first sixteen rows
 #: are one call, the last six the next call's float64 16384 pairs.
 MEASURED_OWN_1130 = [
     (2, 16384, "float64", 8192, "common", 0.083007),  # -4.0 %
@@ -897,6 +905,8 @@ MEASURED_OWN_1130 = [
     (2, 16384, "float16", 8192, "auto", 0.006100),  # -6.9 %
     (2, 32768, "bfloat16", 8192, "auto", 0.050783),  # +3.7 %
     (2, 32768, "bfloat16", 8192, "common", 0.051852),  # +5.5 %
+    (3, 16384, "float64", 2048, "common", 0.093206),  # +5.6 % (the share balance's weighted blocks)
+    (3, 16384, "float64", 2048, "auto", 0.092868),  # +3.8 %
     (8, 16384, "float64", 2048, "auto", 0.095615),  # +3.5 %
     (8, 16384, "float64", 2048, "common", 0.096030),  # +3.2 %
     (2, 16384, "float64", 8192, "auto", 0.088186),  # -12.0 %
