@@ -504,7 +504,7 @@ class Prediction:
 def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: int | None = None,
             ranks_per_host: int | None = None, grid: tuple[int, int] | None = None,
             panel: int | None = None, prefetch: int = 1, algo: str = "summa",
-            cuda_aware: bool | None = None, step_order: str = "auto") -> Prediction:
+            cuda_aware: bool | None = None, step_order: str = "auto", balance: str = "share") -> Prediction:
     """Predict one product.  See the module docstring for what is modelled.
 
     Parameters
@@ -529,7 +529,12 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     step_order : str
         ``auto``: as the engine, each rank in its own order where the job is on one
         (virtual) node; ``common``: every rank in the same order (``HPCMM_STEP_ORDER``).
+    balance : str
+        ``share`` (the run's default: weighted blocks where ranks share devices
+        unevenly) or ``none`` (equal blocks).
     """
+    if balance not in ("share", "none"):
+        raise InputError(f"balance={balance!r}: the model lays out share or none")
     if ranks < 1:
         raise InputError(f"--ranks={ranks}: must be at least 1")
     if prefetch < 0:
@@ -537,7 +542,7 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     if algo == "auto":
         options = [predict(problem, ranks, machine, ranks_per_node=ranks_per_node, ranks_per_host=ranks_per_host,
                            grid=grid, panel=panel, prefetch=prefetch, algo=a, cuda_aware=cuda_aware,
-                           step_order=step_order)
+                           step_order=step_order, balance=balance)
                    for a in _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host)]
         feasible = [p for p in options if math.isfinite(p.seconds)]
         return min(feasible or options, key=lambda p: p.seconds)
@@ -547,7 +552,8 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     if algo not in ("summa", "split-relay"):
         raise InputError(f"--algo={algo!r}: expected one of summa, split-relay, 2.5d, 2.5d:C, auto")
     return _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid, panel, prefetch, algo,
-                     machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order)
+                     machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order,
+                     balance=balance)
 
 
 def _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host):
@@ -1170,8 +1176,8 @@ class CheckRow:
 
 
 def check_rows(files, machine: Machine) -> list[CheckRow]:
-    """Read each results file's problem, placement and algorithm (``/summary`` ``algo``,
-    ``summa`` when absent) and predict it."""
+    """Read each results file's problem, placement, algorithm (``/summary`` ``algo``, ``summa`` when
+    absent), step order and balance, and predict it."""
     import h5py  # noqa: PLC0415
 
     if not files:
@@ -1192,8 +1198,13 @@ def check_rows(files, machine: Machine) -> list[CheckRow]:
         algo = str(summ.get("algo") or "summa")
         aware = bool(cfg.get("cuda_aware_mpi_decision", True))
         grid = _parse_grid(cfg["grid"]) if algo == "summa" else None  # 2.5d: the layers' own grids
+        # The file's step order and blocks: files from before either existed ran the common order on
+        # equal blocks; a measured or product balance is laid out as its shares would be.
+        order = "auto" if cfg.get("step_order_used") == "own-first" else "common"
+        balance = "share" if cfg.get("balance", "none") != "none" else "none"
         pred = predict(prob, ranks, machine, ranks_per_node=rpn, ranks_per_host=local, grid=grid,
-                       panel=int(cfg["panel"]), prefetch=int(cfg["prefetch"]), algo=algo, cuda_aware=aware)
+                       panel=int(cfg["panel"]), prefetch=int(cfg["prefetch"]), algo=algo, cuda_aware=aware,
+                       step_order=order, balance=balance)
         paths = summ.get("paths")
         paths = ",".join(_attr(p) for p in paths) if paths is not None and len(paths) else "-"
         setup = (prob, ranks, rpn or local, local, int(cfg["prefetch"]), aware)

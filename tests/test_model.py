@@ -476,16 +476,16 @@ def test_sweep_runs_back_to_back_within_its_bound():
     assert per * 2 * len(shapes) * 3 <= model.SWEEP_BUDGET_SECONDS
 
 
-def _results_file(path, m, n, k, ranks, seconds, algo=None, rpn=None):
-    """A results file with what `model check` reads (config, summary, topology)."""
+def _results_file(path, m, n, k, ranks, seconds, algo=None, rpn=None, **more):
+    """A results file with what `model check` reads (config, summary, topology); ``more``: other config attributes."""
     import h5py
 
     with h5py.File(path, "w") as f:
         f.attrs["ranks"] = ranks
         cfg = f.create_group("config").attrs
-        for key, value in dict(m=m, n=n, k=k, dtype="float64", tf32=False, ranks_per_node=rpn or 0, panel=1024,
-                               prefetch=1, grid="x".join(map(str, model.compute_dims(ranks))),
-                               cuda_aware_mpi_decision=False).items():
+        attributes = dict(m=m, n=n, k=k, dtype="float64", tf32=False, ranks_per_node=rpn or 0, panel=1024,
+                          prefetch=1, grid="x".join(map(str, model.compute_dims(ranks))), cuda_aware_mpi_decision=False)
+        for key, value in {**attributes, **more}.items():
             cfg[key] = value
         summ = f.create_group("summary").attrs
         summ["seconds"] = seconds
@@ -518,6 +518,29 @@ def test_check_table_reads_algo_and_prints_gains_and_repeats(tmp_path):
     assert "gain over summa" in table and "2 runs: min 0.03 s" in table and "spread 10.0 %" in table
     median_error = 100 * (rows[0].predicted / np.median([0.030, 0.033]) - 1)
     assert f"error of the median {median_error:.1f} %" in table
+
+
+def test_check_reads_the_step_order_and_the_balance_of_each_file(tmp_path):
+    """A file of each rank's own order is predicted in it, an older file (no attribute) in the common
+    order; a file of equal blocks (balance none, or none recorded) with equal blocks."""
+    machine = builtin("h200x2")
+    kw = dict(ranks_per_host=2, panel=1024, cuda_aware=False)
+    files = [_results_file(tmp_path / "own.h5", 4096, 4096, 4096, 2, 0.002, step_order_used="own-first",
+                           balance="share"),
+             _results_file(tmp_path / "old.h5", 4096, 4096, 4096, 2, 0.002)]
+    own, old = model.check_rows(files, machine)
+    assert own.predicted == pytest.approx(predict(Problem(4096, 4096, 4096), 2, machine, **kw).seconds)
+    assert old.predicted == pytest.approx(predict(Problem(4096, 4096, 4096), 2, machine, step_order="common",
+                                                  balance="none", **kw).seconds)
+    assert own.predicted < old.predicted  # no ramp, no first pull waited for
+    kw["ranks_per_host"] = 3
+    files = [_results_file(tmp_path / f"{b}.h5", 6000, 4000, 2000, 3, 0.01, grid="3x1", balance=b)
+             for b in ("share", "none")]
+    share, none = model.check_rows(files, machine)
+    # 3 ranks on 2 GPUs: equal blocks leave GPU 0's two ranks with two thirds of the work
+    assert share.predicted < 0.8 * none.predicted
+    with pytest.raises(InputError, match="balance='measured'"):
+        predict(Problem(64, 64, 64), 2, machine, balance="measured")
 
 
 def test_layers_that_share_a_device_share_its_gemm_rate():
