@@ -24,9 +24,11 @@ the fastest:
 
 Every candidate draws its data as hpcmm does (uniform in [-1, 1), every
 mantissa bit random), lays its operands out before its clock starts, and is
-timed as hpcmm is: ``warmup`` untimed products (at least one), then
-``repeats`` timed ones (CUDA events on the compute stream, host clock on
-CPUs), the median.  C is row-major throughout.  TF32 cases run cupy with its
+timed as hpcmm is (CUDA events on the compute stream, host clock on CPUs):
+``warmup`` untimed products (at least one) before its first timed one, then
+``repeats`` rounds in which every candidate times one product, the order
+rotating by one from round to round (no candidate always first, when the
+GPU is coolest, or last); the median of its rounds.  C is row-major throughout.  TF32 cases run cupy with its
 TF32 compute type switched on for the measurement and hpcmm's call with
 ``CUBLAS_COMPUTE_32F_FAST_TF32``.  A candidate that cannot run (no bfloat16
 GEMM in numpy, out of memory, an error of the library) is kept with NaN and
@@ -143,7 +145,7 @@ def measure_candidates(backend, case, warmup: int = 1, repeats: int = 3, timer: 
     case : bench.Case
         ``dtype``, ``m``, ``n``, ``k``, ``tf32``.
     warmup, repeats : int
-        Untimed (at least 1) and timed products per candidate.
+        Untimed products per candidate (at least 1), and the rounds of one timed product each.
     timer : callable, optional
         ``timer(candidate, product, warmup, repeats) -> [seconds]``; the tests
         give a fake one.  Default: :func:`event_timer`.
@@ -163,37 +165,59 @@ def measure_candidates(backend, case, warmup: int = 1, repeats: int = 3, timer: 
     dtype = numpy_dtype(case.dtype)
     gen = xp.random.default_rng(seed) if backend.on_gpu else np.random.default_rng(seed)
     device = backend.device if backend.on_gpu else contextlib.nullcontext()
-    rows = []
+    cands = candidates(backend.on_gpu, gemm_order)
+    times: list[list[float]] = [[] for _ in cands]
+    notes = [""] * len(cands)
     with device:
-        base_a = _uniform(gen, (case.m, case.k), dtype)
-        base_b = _uniform(gen, (case.k, case.n), dtype)
         c = backend.empty((case.m, case.n), dtype)
-        for cand in candidates(backend.on_gpu, gemm_order):
-            seconds, note = float("nan"), ""
-            a = b = None
+        # Every operand order laid out once, before any clock starts (the copies are no part of a
+        # product): A and B row-major as drawn, and column-major copies where a candidate takes them.
+        laid = {("A", "C"): _uniform(gen, (case.m, case.k), dtype), ("B", "C"): _uniform(gen, (case.k, case.n), dtype)}
+        products: list = [None] * len(cands)
+        for i, cand in enumerate(cands):
             try:
-                if cand.call == "matmul" and not backend.on_gpu and dtype == BFLOAT16:
-                    raise _Skip("numpy has no bfloat16 GEMM")
-                # Laid out before the clock starts: the copies are not part of the product.
-                a = xp.asfortranarray(base_a) if cand.a_order == "F" else xp.ascontiguousarray(base_a)
-                b = xp.asfortranarray(base_b) if cand.b_order == "F" else xp.ascontiguousarray(base_b)
-                backend.synchronize()
-                switch = _cupy_tf32(case.tf32 and cand.call == "matmul") if backend.on_gpu \
-                    else contextlib.nullcontext()
-                with switch:
-                    times = timer(cand, _product(backend, cand, a, b, c, case.tf32), warmup, repeats)
-                seconds = float(np.median(times))
-            except _Skip as exc:
-                note = str(exc)
-            except Exception as exc:  # noqa: BLE001 - one candidate failing must not end the benchmark
-                note = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-            finally:
-                del a, b
-            rows.append({"candidate": cand.name, "library": cand.library, "a_order": cand.a_order,
-                         "b_order": cand.b_order, "seconds": seconds, "note": note})
-        del base_a, base_b, c
+                for name, order in (("A", cand.a_order), ("B", cand.b_order)):
+                    if (name, order) not in laid:
+                        laid[(name, order)] = xp.asfortranarray(laid[(name, "C")])
+                products[i] = _product(backend, cand, laid[("A", cand.a_order)], laid[("B", cand.b_order)], c,
+                                       case.tf32)
+            except Exception as exc:  # noqa: BLE001 - out of memory for a copy: that candidate does not run
+                notes[i] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        backend.synchronize()
+        # Rounds of one timed product per candidate, the order rotating from round to round: under a
+        # long float64 load the clocks drift, and a fixed order would give the first candidates the
+        # cooler GPU (docs/benchmarks.md, the fourth speed run).  A candidate's first turn takes its warm-ups.
+        for turn in range(repeats):
+            for i in _rotated(len(cands), turn):
+                if notes[i]:
+                    continue
+                cand = cands[i]
+                try:
+                    if cand.call == "matmul" and not backend.on_gpu and dtype == BFLOAT16:
+                        raise _Skip("numpy has no bfloat16 GEMM")
+                    switch = _cupy_tf32(case.tf32 and cand.call == "matmul") if backend.on_gpu \
+                        else contextlib.nullcontext()
+                    with switch:
+                        times[i] += timer(cand, products[i], warmup if turn == 0 else 0, 1)
+                except _Skip as exc:
+                    notes[i] = str(exc)
+                except Exception as exc:  # noqa: BLE001 - one candidate failing must not end the benchmark
+                    notes[i] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        del laid, products, c
     backend.release_cached()
-    return rows
+    return [{"candidate": cand.name, "library": cand.library, "a_order": cand.a_order, "b_order": cand.b_order,
+             "seconds": float(np.median(times[i])) if times[i] and not notes[i] else float("nan"),
+             "note": notes[i]} for i, cand in enumerate(cands)]
+
+
+def _rotated(count: int, turn: int) -> list[int]:
+    """The candidates' order in round ``turn``: rotated by one each round.
+
+    >>> [_rotated(3, turn) for turn in range(4)]
+    [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
+    """
+    shift = turn % count if count else 0
+    return list(range(shift, count)) + list(range(shift))
 
 
 class _Skip(Exception):

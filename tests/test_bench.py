@@ -160,10 +160,13 @@ def test_reference_times_the_same_work():
         return [1.0, 3.0, 2.0, 9.0, 0.5][:repeats]
 
     rows = measure_candidates(CpuBackend(), case, warmup=2, repeats=5, timer=timer)
-    assert [name for name, _, _ in seen] == ["numpy.matmul A:C B:C", "numpy.matmul A:C B:F", "numpy.matmul A:F B:C",
-                                              "numpy.matmul A:F B:F", "hpcmm gemm A:F B:C"]
-    assert all((w, r) == (2, 5) for _, w, r in seen)
-    assert [r["seconds"] for r in rows] == [2.0] * 5  # the median
+    names = ["numpy.matmul A:C B:C", "numpy.matmul A:C B:F", "numpy.matmul A:F B:C", "numpy.matmul A:F B:F",
+             "hpcmm gemm A:F B:C"]
+    # Five rounds of one timed product each, the order rotating by one per round; the warm-ups come
+    # with a candidate's first turn.
+    assert [name for name, _, _ in seen] == [names[(turn + i) % 5] for turn in range(5) for i in range(5)]
+    assert [(w, r) for _, w, r in seen] == [(2, 1)] * 5 + [(0, 1)] * 20
+    assert [r["seconds"] for r in rows] == [1.0] * 5  # the median of the rounds
 
 
 def test_reference_picks_the_fastest_and_names_it(tmp_path, no_peer_packages):
