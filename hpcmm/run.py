@@ -91,7 +91,7 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
             # The line starts "grid RxC |" as it always has (job scripts and their tests wait for it).
             say(f"grid {layout.grid}{_layers_note(choice)} | {choice.ran} | {layout.m}x{layout.k} @ "
                 f"{layout.k}x{layout.n} {config.dtype} | {backend.name} | panel {engine.panel}, "
-                f"{engine.steps} step(s), prefetch {engine.prefetch} | balance {config.balance}")
+                f"{engine.steps} step(s) {engine.step_order}, prefetch {engine.prefetch} | balance {config.balance}")
             verify = _load_inputs(engine, config, sources, say)
             timings = _timed_products(engine, config, say)
             check = _verify(engine, config, verify)
