@@ -36,17 +36,12 @@ import dataclasses
 
 from .balance import Balance, gather_balance
 from .errors import collective
-from .layout import Grid, Layout, fit_grid
+from .layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid
 from .mps import MpsState, detect, shared_without_mps, sharing_hint
 from .topology import choose_grid
 
 __all__ = ["GPU_BLOCK_QUANTUM", "Arrangement", "arrange", "arrangement_for"]
 
-#: Weighted blocks on GPUs start at multiples of this many rows, columns and k (within one
-#: quantum of the weights): cuBLAS runs odd and unaligned local shapes far below the rate of
-#: aligned ones (docs/benchmarks.md, "Several ranks on one GPU"), while 64 elements move a
-#: block by at most 0.4 % of a 16384 matrix.
-GPU_BLOCK_QUANTUM = 64
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,6 +53,7 @@ from fractions import Fraction
 
 __all__ = [
     "ALIGN_BYTES",
+    "GPU_BLOCK_QUANTUM",
     "Grid",
     "GridFit",
     "Layout",
@@ -69,6 +70,13 @@ __all__ = [
 
 #: What a stored column (A) or row (B, C) is padded to: one cache line.
 ALIGN_BYTES = 128
+
+
+#: Weighted blocks on GPUs start at multiples of this many rows, columns and k (within one
+#: quantum of the weights; :mod:`hpcmm.arrangement` and the cost model lay them out so): cuBLAS
+#: runs odd and unaligned local shapes far below the rate of aligned ones (docs/benchmarks.md,
+#: "Several ranks on one GPU"), while 64 elements move a block by at most 0.4 % of a 16384 matrix.
+GPU_BLOCK_QUANTUM = 64
 
 
 def padded(extent: int, itemsize: int) -> int:

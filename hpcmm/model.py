@@ -54,8 +54,7 @@ import numpy as np
 from .algorithms import own_start, panel_candidates, ring_depth, summa_plan
 from .errors import InputError
 from .gemm_orders import gemm_order, scratch_slots
-from .arrangement import GPU_BLOCK_QUANTUM
-from .layout import Grid, Layout, fit_grid, padded
+from .layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid, padded
 from .summary import product_flops
 
 __all__ = [

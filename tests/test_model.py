@@ -970,3 +970,14 @@ def test_own_order_saves_the_ramp_where_both_first_panels_are_a_ranks_own():
     across = [predict(Problem(8192, 8192, 8192), 4, machine, ranks_per_node=2, step_order=order).seconds
               for order in ("auto", "common")]
     assert across[0] == across[1]
+
+
+def test_the_model_needs_no_mpi():
+    """Pure: importing the cost model (with the layout rules it shares with the run) loads neither MPI nor CUDA."""
+    import subprocess
+    import sys
+
+    code = ("import sys, hpcmm.model; bad = [m for m in sys.modules if m.split('.')[0] in ('mpi4py', 'cupy')]; "
+            "assert not bad, bad")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
