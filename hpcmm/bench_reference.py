@@ -28,7 +28,8 @@ timed as hpcmm is (CUDA events on the compute stream, host clock on CPUs):
 ``warmup`` untimed products (at least one) before its first timed one, then
 ``repeats`` rounds in which every candidate times one product, the order
 rotating by one from round to round (no candidate always first, when the
-GPU is coolest, or last); the median of its rounds.  C is row-major throughout.  TF32 cases run cupy with its
+GPU is coolest, or last); the median of its rounds.  C is row-major
+throughout.  TF32 cases run cupy with its
 TF32 compute type switched on for the measurement and hpcmm's call with
 ``CUBLAS_COMPUTE_32F_FAST_TF32``.  A candidate that cannot run (no bfloat16
 GEMM in numpy, out of memory, an error of the library) is kept with NaN and
