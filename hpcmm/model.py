@@ -1076,6 +1076,11 @@ def add_model_parser(sub, argtype_int) -> None:
     p.add_argument("--prefetch", type=argtype_int("--prefetch", 0), default=1)
     p.add_argument("--algo", default="summa", help="summa (as built), split-relay, 2.5d, 2.5d:C, auto")
     p.add_argument("--cuda-aware", choices=("yes", "no"), default=None, help="default: the machine's")
+    p.add_argument("--balance", choices=("share", "none"), default="share",
+                   help="the run's --balance: share (the default: weighted blocks where ranks share GPUs "
+                        "unevenly) or none (equal blocks)")
+    p.add_argument("--step-order", choices=("auto", "common"), default="auto",
+                   help="the run's HPCMM_STEP_ORDER: auto (each rank its own order on one node) or common")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.add_argument("--transport", metavar="FILE.h5[,FILE.h5]",
                    help="measure: `bench transport` file(s) for the links (several pairs at once: staged-xK rows)")
@@ -1116,7 +1121,7 @@ def model_main(ns, comm=None) -> int:
         aware = None if ns.cuda_aware is None else ns.cuda_aware == "yes"
         pred = predict(prob, ns.ranks, machine, ranks_per_node=ns.ranks_per_node, ranks_per_host=ns.ranks_per_host,
                        grid=_parse_grid(ns.grid), panel=ns.panel, prefetch=ns.prefetch, algo=ns.algo,
-                       cuda_aware=aware)
+                       cuda_aware=aware, step_order=ns.step_order, balance=ns.balance)
         text = json.dumps(pred.as_dict(), indent=2) if ns.json else describe(prob, pred, machine)
     if rank == 0:
         print(text)

@@ -981,3 +981,19 @@ def test_the_model_needs_no_mpi():
             "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("flags, step_order, balance", [([], "auto", "share"), (["--balance", "none"], "auto", "none"),
+                                                        (["--step-order", "common"], "common", "share")])
+def test_model_command_takes_the_runs_balance_and_step_order(capsys, flags, step_order, balance):
+    """`model --balance` and `--step-order` predict what the run does with `--balance` and HPCMM_STEP_ORDER."""
+    from mpi4py import MPI
+
+    from hpcmm import cli
+
+    ns = cli.parse(["model", "--m", "16384", "--ranks", "3", "--ranks-per-host", "3", "--json", *flags])
+    assert model.model_main(ns, MPI.COMM_SELF) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = predict(Problem(16384, 16384, 16384), 3, builtin("h200x2"), ranks_per_host=3, step_order=step_order,
+                   balance=balance)
+    assert out["seconds"] == pytest.approx(want.seconds) and out["steps"] == want.steps
