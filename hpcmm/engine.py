@@ -43,7 +43,7 @@ from time import perf_counter
 
 import numpy as np
 
-from .algorithms import Step, own_start, panel_candidates, ring_depth, summa_plan
+from .algorithms import Step, panel_candidates, rank_plan, ring_depth
 from .balance import ranks_per_device
 from .config import RunConfig
 from .errors import InputError, agree, collective_setup, raised_everywhere
@@ -231,10 +231,8 @@ class Engine:
         #: own blocks (:func:`~hpcmm.algorithms.own_start`); ``common``: every rank in the same order,
         #: which the broadcasts between nodes need.
         self.step_order = "own-first" if config.step_order == "auto" and topo.vnode_count == 1 else "common"
-        first_k, first_own = own_start(layout, topo.rank) if self.step_order == "own-first" else (0, False)
-        # Ramp up the first panels only where transfers exist and can overlap.
-        ramp = config.prefetch > 0 and topo.size > 1 and not first_own
-        self.plan: list[Step] = summa_plan(layout, self.panel, ramp=ramp, first_k=first_k)
+        self.plan: list[Step] = rank_plan(layout, topo.rank, self.panel, config.prefetch,
+                                          own_order=self.step_order == "own-first")
         #: Steps of the longest plan: every rank's step records are that long (zeros after its own).
         self.steps = max(topo.comm.allgather(len(self.plan)))
         shapes = layout.local_shapes(topo.rank)

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .algorithms import own_start, panel_candidates, ring_depth, summa_plan
+from .algorithms import panel_candidates, rank_plan, ring_depth
 from .errors import InputError
 from .gemm_orders import gemm_order, scratch_slots
 from .layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid, padded
@@ -564,15 +564,12 @@ def _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host):
 
 
 def _plans(layout: Layout, panel: int, prefetch: int, own_first: bool) -> list[list]:
-    """Every rank's plan, as the engine makes it: its own order (:func:`~hpcmm.algorithms.own_start`), or one for all."""
+    """Every rank's plan, as the engine makes it (:func:`~hpcmm.algorithms.rank_plan`); in the common
+    order the one plan serves every rank."""
     ranks = layout.grid.size
     if not own_first:
-        return [summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1)] * ranks
-    plans = []
-    for rank in range(ranks):
-        first_k, first_own = own_start(layout, rank)
-        plans.append(summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1 and not first_own, first_k=first_k))
-    return plans
+        return [rank_plan(layout, 0, panel, prefetch, own_order=False)] * ranks
+    return [rank_plan(layout, rank, panel, prefetch, own_order=True) for rank in range(ranks)]
 
 
 def _merged_roles(roles: dict, operand: str, roots: np.ndarray) -> _Roles:
@@ -630,11 +627,14 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     own_first = step_order == "auto" and ranks > 1 and len(np.unique(pl.vnode)) == 1
     plans = _plans(layout, panel, prefetch, own_first)
     P, S = ranks, max(len(plan) for plan in plans)
-    # (ranks, steps): each rank's step f, padded past the end of a shorter plan (width 0, root -1).
-    has = np.array([[f < len(plan) for f in range(S)] for plan in plans], dtype=bool).reshape(P, S)
-    widths = np.array([[plan[f].width if f < len(plan) else 0 for f in range(S)] for plan in plans]).reshape(P, S)
-    a_roots = np.array([[plan[f].a_root if f < len(plan) else -1 for f in range(S)] for plan in plans]).reshape(P, S)
-    b_roots = np.array([[plan[f].b_root if f < len(plan) else -1 for f in range(S)] for plan in plans]).reshape(P, S)
+    # (ranks, steps): each rank's step f, padded past the end of a shorter plan (width 0, root -1);
+    # every step is at least one column wide, so the rank has a step f where its width is not 0.
+    def per_step(field: str, pad: int) -> np.ndarray:
+        return np.array([[getattr(plan[f], field) if f < len(plan) else pad for f in range(S)]
+                         for plan in plans]).reshape(P, S)
+
+    widths, a_roots, b_roots = per_step("width", 0), per_step("a_root", -1), per_step("b_root", -1)
+    has = widths > 0
     ranks_arr = np.arange(P)
     prow, pcol = ranks_arr // grid.cols, ranks_arr % grid.cols
     m_loc = np.array([layout.extent(layout.rows(r)) for r in prow])

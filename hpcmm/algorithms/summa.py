@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from ..layout import Layout
 
-__all__ = ["Step", "auto_panel", "own_start", "panel_candidates", "ring_depth", "summa_plan"]
+__all__ = ["Step", "auto_panel", "own_start", "panel_candidates", "rank_plan", "ring_depth", "summa_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +137,19 @@ def own_start(layout: Layout, rank: int) -> tuple[int, bool]:
     own = [(layout.extent(layout.rows(row)), a_lo)] if a_hi > a_lo else []
     own += [(layout.extent(layout.cols(col)), b_lo)] if b_hi > b_lo else []
     return (max(own, key=lambda o: o[0])[1] if own else 0), False
+
+
+def rank_plan(layout: Layout, rank: int, panel: int, prefetch: int, own_order: bool) -> list[Step]:
+    """The plan ``rank`` runs, as the engine takes it (and the cost model replays it).
+
+    ``own_order``: the rank starts at :func:`own_start` (one node, every panel
+    a pull); else the common order from k = 0.  The first panels ramp up
+    (:func:`summa_plan`) where transfers exist and can overlap: with prefetch,
+    several ranks, and a first step whose panels are not both the rank's own.
+    """
+    first_k, first_own = own_start(layout, rank) if own_order else (0, False)
+    ramp = prefetch > 0 and layout.grid.size > 1 and not first_own
+    return summa_plan(layout, panel, ramp=ramp, first_k=first_k)
 
 
 def _ramp_widths(depth: int, panel: int) -> list[int]:
