@@ -15,7 +15,8 @@
 #       32768, then 3 and 8 ranks at float64 16384, each product verified, the two orders alternating;
 #       STEP_CASES="RANKS:SIZE:TYPE:FIRST ..." runs those cases instead (a case named twice runs twice)
 #   bash tests/gpu/speed_check.sh gemm      hpcmm's GEMM call against cuBLASLt's own choice (nvmath-python's Matmul,
-#       heuristic and autotuned) on the shapes of the 2-rank steps, one GPU (tests/gpu/gemm_probe.py; peers kit),
+#       heuristic and autotuned) on the shapes of the 2-rank steps, float32 among them (GEMM_PROBE_CASES overrides),
+#       one GPU (tests/gpu/gemm_probe.py; peers kit),
 #       after hpcmm's call against cupy's on the same operands, in turns, with either algorithm hint
 #       (tests/gpu/gemm_hint_probe.py: where float64 loses 6 % to cupy.matmul)
 #
@@ -134,7 +135,8 @@ elif [ "${1:-all}" = gemm ]; then
   step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
     --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
   step gemm-hint 150 python3 tests/gpu/gemm_hint_probe.py --json "$OUT/gemm-hint.json"
-  step gemm-probe 300 python3 tests/gpu/gemm_probe.py --json "$OUT/gemm-probe.json"
+  step gemm-probe 300 python3 tests/gpu/gemm_probe.py --json "$OUT/gemm-probe.json" \
+    --cases "${GEMM_PROBE_CASES:-float64:8192x16384x8192,float32:8192x16384x8192,float32:4096x8192x4096,float32:16384x32768x8192,tf32:8192x16384x8192,float16:8192x16384x8192,bfloat16:16384x32768x8192,float64:4096x8192x4096,float64:8192x16384x1024}"
 elif [ "${1:-all}" = orders ]; then
   for kind in orders stored; do
     GEMM_ORDER=; [ "$kind" = stored ] && GEMM_ORDER=FC
