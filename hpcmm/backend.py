@@ -267,6 +267,17 @@ class Backend(abc.ABC):
         at least the extent (:func:`orders`).
         """
 
+    def use_gemm_library(self, mode: str) -> None:
+        """Which library runs the local GEMMs (:mod:`hpcmm.gemm_library`); only GPUs have a choice."""
+
+    def gemm_rows(self) -> list[dict]:
+        """The GEMM shapes planned so far and the library each got (``/timings/gemms``); none on a CPU."""
+        return []
+
+    def forget_gemm_plans(self) -> None:
+        """Free the GEMM shapes' plans (and their hold on the operands they last ran on); the next call of
+        a shape plans it again."""
+
     @abc.abstractmethod
     def copy(self, dst, src, stream=None) -> None:
         """Copy ``src`` into ``dst`` (same size, host or device) on ``stream``."""
@@ -470,6 +481,7 @@ class GpuBackend(Backend):
         self._cublas = cublas
         self._transpose = None  # the RawModule of _TRANSPOSE_SOURCE, compiled on first use
         self._scalars: dict[tuple[str, bool], tuple[np.ndarray, np.ndarray]] = {}
+        self._gemm_plans = None  # GemmPlans, once use_gemm_library chose one; until then every GEMM is GemmEx
 
     def empty(self, shape, dtype, order="C"):
         with self.device:
@@ -589,8 +601,45 @@ class GpuBackend(Backend):
                 self._transpose = self.cupy.RawModule(code=_TRANSPOSE_SOURCE)
         return self._transpose.get_function(f"transpose{itemsize}")
 
+    def use_gemm_library(self, mode: str) -> None:
+        from .gemm_library import GemmPlans  # noqa: PLC0415
+
+        if self._gemm_plans is not None:
+            self._gemm_plans.close()
+        self._gemm_plans = GemmPlans(mode, self._gemm_ex, self._event_seconds)
+
+    def gemm_rows(self) -> list[dict]:
+        return [] if self._gemm_plans is None else self._gemm_plans.rows()
+
+    def forget_gemm_plans(self) -> None:
+        if self._gemm_plans is not None:
+            self._gemm_plans.close()
+
+    def _event_seconds(self, product, stream) -> float:
+        """Seconds of ``product()`` on ``stream``, by two events around it."""
+        start, end = self.cupy.cuda.Event(), self.cupy.cuda.Event()
+        start.record(stream)
+        product()
+        end.record(stream)
+        end.synchronize()
+        return self.cupy.cuda.get_elapsed_time(start, end) / 1e3
+
     def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
-        """``c (+)= a @ b`` through cublasGemmEx on the compute stream.
+        """``c (+)= a @ b`` on ``stream`` (the compute stream by default), by the shape's library.
+
+        ``cublasGemmEx`` (:meth:`_gemm_ex`) unless :meth:`use_gemm_library`
+        chose cuBLASLt's autotuned algorithm for this shape (:mod:`hpcmm.gemm_library`).
+        """
+        if c.shape[0] == 0 or c.shape[1] == 0:
+            return
+        stream = stream if stream is not None else self.compute_stream
+        if self._gemm_plans is None:
+            self._gemm_ex(a, b, c, accumulate, stream, tf32)
+        else:
+            self._gemm_plans(a, b, c, accumulate, stream, tf32)
+
+    def _gemm_ex(self, a, b, c, accumulate: bool, stream, tf32: bool) -> None:
+        """``c (+)= a @ b`` through cublasGemmEx on ``stream``.
 
         ``a`` (m×w) and ``b`` (w×n) are each row- or column-major, ``c`` is
         row-major, each with a leading dimension ``ld`` of at least its extent
@@ -617,7 +666,6 @@ class GpuBackend(Backend):
         dtype = c.dtype.name
         alpha, beta = self._scalar_pair(dtype, accumulate, tf32)
         compute = _COMPUTE_32F_FAST_TF32 if tf32 else _COMPUTE[dtype]
-        stream = stream if stream is not None else self.compute_stream
         handle = self.device.cublas_handle
         with stream:
             self._cublas.setStream(handle, stream.ptr)
@@ -648,6 +696,8 @@ class GpuBackend(Backend):
 
     def close(self) -> None:
         self.synchronize()
+        if self._gemm_plans is not None:
+            self._gemm_plans.close()
 
     # -- CUDA IPC (transport.ipc.IpcPeerMemory) ---------------------------------
     def allocate_exported(self, nbytes: int):

@@ -205,8 +205,12 @@ def measure_candidates(backend, case, warmup: int = 1, repeats: int = 3, timer: 
                 except Exception as exc:  # noqa: BLE001 - one candidate failing must not end the benchmark
                     notes[i] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         del laid, products, c
+    # Which library hpcmm's own call took for the case's shape (hpcmm.gemm_library; GPUs only), in its name.
+    lt = any(row["library"] == "cublaslt" and (row["m"], row["n"], row["w"]) == (case.m, case.n, case.k)
+             for row in backend.gemm_rows())
+    backend.forget_gemm_plans()  # they hold the candidates' operands
     backend.release_cached()
-    return [{"candidate": cand.name, "library": cand.library, "a_order": cand.a_order, "b_order": cand.b_order,
+    return [{"candidate": cand.name + (" (cuBLASLt)" if lt and cand.library == "hpcmm" else ""), "library": cand.library, "a_order": cand.a_order, "b_order": cand.b_order,
              "seconds": float(np.median(times[i])) if times[i] and not notes[i] else float("nan"),
              "note": notes[i]} for i, cand in enumerate(cands)]
 

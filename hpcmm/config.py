@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from .errors import InputError
+from .gemm_library import LIBRARIES as GEMM_LIBRARIES
 from .gemm_orders import AUTO as GEMM_ORDER_AUTO
 from .gemm_orders import ORDERS as GEMM_ORDERS
 from .gemm_orders import parse_order
@@ -226,6 +227,11 @@ ENVIRONMENT: dict[str, EnvSetting] = {
         "step_order", _choice("HPCMM_STEP_ORDER", STEP_ORDERS),
         "auto (on one node each rank starts k with its own blocks) or common (every rank in the same order)",
     ),
+    "HPCMM_GEMM_LIBRARY": EnvSetting(
+        "gemm_library", _choice("HPCMM_GEMM_LIBRARY", GEMM_LIBRARIES),
+        "auto (per GEMM shape, cuBLASLt's autotuned algorithm where it is faster; GPUs with nvmath-python) "
+        "or gemmex (cublasGemmEx for every shape)",
+    ),
     "HPCMM_GEMM_ORDER": EnvSetting(
         "gemm_order", lambda t: parse_order("HPCMM_GEMM_ORDER", t),
         "the GEMM's operand orders, A's then B's (FC, CC, CF, FF; auto: hpcmm.gemm_orders' table)",
@@ -300,6 +306,8 @@ class RunConfig:
     #: The order of the SUMMA steps on each rank: ``auto`` (each starts with its own blocks where every
     #: panel is a one-sided pull, :func:`~hpcmm.algorithms.own_start`) or ``common`` (the same everywhere).
     step_order: str = "auto"
+    #: The library of the local GEMMs (:mod:`hpcmm.gemm_library`): ``auto`` (per shape, measured) or ``gemmex``.
+    gemm_library: str = "auto"
     #: ``summa``, ``2.5d`` (the layer count the cost model finds fastest), ``2.5d:C`` or ``auto``.
     algo: str = "summa"
     #: Machine description for ``--algo auto`` and ``2.5d`` (a built-in name or a JSON file; ``None``: the model's default).
@@ -338,6 +346,8 @@ class RunConfig:
         if self.gemm_order != GEMM_ORDER_AUTO and self.gemm_order not in GEMM_ORDERS:
             raise InputError(f"HPCMM_GEMM_ORDER={self.gemm_order!r}: expected {GEMM_ORDER_AUTO} or one of "
                              f"{', '.join(GEMM_ORDERS)}")
+        if self.gemm_library not in GEMM_LIBRARIES:
+            raise InputError(f"HPCMM_GEMM_LIBRARY={self.gemm_library!r}: expected one of {', '.join(GEMM_LIBRARIES)}")
         if self.step_order not in STEP_ORDERS:
             raise InputError(f"HPCMM_STEP_ORDER={self.step_order!r}: expected one of {', '.join(STEP_ORDERS)}")
         algo = parse_algo(self.algo, self.origin("algo"))

@@ -484,6 +484,8 @@ class Engine:
             return
         self.closed = True
         self.backend.synchronize()
+        # cuBLASLt's plans hold this engine's panels and C: let them go with the engine.
+        self.backend.forget_gemm_plans()
         for ch in reversed(self.channels):
             ch.close()
         self.channels = []

@@ -51,6 +51,7 @@ def placement(comm: MPI.Comm, config: RunConfig) -> Iterator[tuple[Topology, Bac
     try:
         with collective(topo.comm):
             backend = make_backend(config.device, topo.local_rank, topo.local_size)
+            backend.use_gemm_library(config.gemm_library)
         if len(set(topo.comm.allgather(backend.on_gpu))) > 1:
             agree(topo.comm, InputError(f"{config.origin('device')}={config.device}: some ranks found a GPU and some did not"))
         yield topo, backend

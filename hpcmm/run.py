@@ -30,6 +30,7 @@ from .clock import SharedClock, product_window
 from .config import RunConfig
 from .engine import PHASES, Engine, IterationTimes
 from .errors import InputError, VerificationError, agree, collective
+from .gemm_library import libraries_used
 from .inputs import MatrixSource, check_pair, generate_block, open_source
 from .layered import LayeredEngine, node_ranks
 from .layout import Layout, predicted_imbalance
@@ -402,6 +403,7 @@ class RankReport:
     memory: dict
     reduce_seconds: np.ndarray | None = None  # (iters,) 2.5D: the reduce-scatter inside each product
     plan: list[dict] = dataclasses.field(default_factory=list)  # this rank's steps, rows of /timings/plans
+    gemms: list[dict] = dataclasses.field(default_factory=list)  # this rank's GEMM shapes, rows of /timings/gemms
 
 
 def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, timings: Timings) -> RankReport:
@@ -428,6 +430,7 @@ def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, ti
                 "device": "gpu" if backend.on_gpu else "cpu"},
         reduce_seconds=np.array([t.reduce for t in products]) if layered else None,
         plan=[dict(rank=rank, **_step_row(s)) for s in engine.plan],
+        gemms=[dict(rank=rank, **row) for row in backend.gemm_rows()],
     )
 
 
@@ -469,6 +472,7 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
             {"clock": clock_method, "clock_uncertainty": max(r.clock_uncertainty for r in reports)},
             {"product_seconds": figures.product_seconds, "start_seconds": figures.start_seconds,
              "host_seconds": figures.host_seconds, "plans": [row for r in reports for row in r.plan],
+             "gemms": [row for r in reports for row in r.gemms],
              **({"reduce_seconds": np.stack([r.reduce_seconds for r in reports])}
                 if reports[0].reduce_seconds is not None else {})})},
     )
@@ -497,6 +501,8 @@ def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: 
                                       step_seconds=figures.step_seconds, host_seconds=figures.host_seconds,
                                       check=check, paths=figures.paths)
             summary.update(panel=engine.panel, prefetch=engine.prefetch, gemm_order=engine.gemm_order_label,
+                           gemm_library_used=libraries_used([row for r in reports for row in r.gemms],
+                                                            engine.backend.on_gpu),
                            peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports),
                            predicted_imbalance=_predicted_imbalance(engine), **setup.arrangement.summary(),
                            **setup.choice.summary())

@@ -174,6 +174,8 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
     rows.append(("panel / prefetch", f"{s.get('panel')} / {s.get('prefetch')}"))
     if "gemm_order" in s:  # files written before the GEMM's operand order was recorded have none
         rows.append(("GEMM operand order", s["gemm_order"]))
+    if s.get("gemm_library_used", "numpy") != "numpy":  # what ran the GEMMs: only GPUs have a choice
+        rows.append(("GEMM library", s["gemm_library_used"]))
     rows += [
         ("paths", ", ".join(s["paths"]) or "(none: one rank)"),
         ("verification", _verification(s)),

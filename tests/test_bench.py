@@ -406,3 +406,27 @@ def test_final_name_never_holds_a_partial_file(tmp_path, monkeypatch):
     assert seen == [(False, True)]
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+
+
+def test_the_hpcmm_candidate_names_cublaslt_where_its_shape_took_it():
+    """Where hpcmm's GEMM took cuBLASLt for the case's shape (hpcmm.gemm_library), its candidate says so."""
+    from hpcmm.bench_reference import measure_candidates
+
+    case = bench.parse_cases("float64:16x8x24")[0]
+
+    class Planned(CpuBackend):
+        def __init__(self, library):
+            super().__init__()
+            self.library = library
+
+        def gemm_rows(self):
+            return [{"m": 16, "n": 8, "w": 24, "library": self.library}, {"m": 16, "n": 8, "w": 3, "library": "cublaslt"}]
+
+    def timer(candidate, product, warmup, repeats):
+        product()
+        return [1.0] * repeats
+
+    for library, suffix in (("cublaslt", " (cuBLASLt)"), ("gemmex", "")):
+        rows = measure_candidates(Planned(library), case, warmup=0, repeats=1, timer=timer)
+        assert [r["candidate"] for r in rows if r["library"] == "hpcmm"] == ["hpcmm gemm A:F B:C" + suffix]
+        assert all("cuBLASLt" not in r["candidate"] for r in rows if r["library"] != "hpcmm")

@@ -437,3 +437,45 @@ def test_second_gpu_in_process():
         assert componentwise_error(be.to_host(c_d), a, b, c0) <= tolerance("float64", 17, 1)
     finally:
         be.close()
+
+
+# -- cuBLASLt's autotuned algorithms (hpcmm.gemm_library) -----------------------------
+
+
+@pytest.fixture
+def lt_backend(monkeypatch):
+    """A backend whose every GEMM shape takes cuBLASLt (where nvmath-python plans it), whatever the timings."""
+    pytest.importorskip("nvmath.linalg.advanced", reason="nvmath-python (the cublaslt extra) is not installed")
+    import hpcmm.gemm_library as gemm_library
+
+    monkeypatch.setattr(gemm_library, "pick", lambda ex, lt, margin=0: "cublaslt")
+    be = GpuBackend(0)
+    be.use_gemm_library("auto")
+    yield be
+    be.close()
+
+
+@pytest.mark.parametrize("order", ["FC", "CC"])
+@pytest.mark.parametrize("dtype, tf32", [("float64", False), ("float32", False), ("float32", True),
+                                         ("float16", False), ("bfloat16", False), ("complex64", False)])
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("shape", [(37, 29, 23), (2731, 601, 300)])
+def test_gemm_through_cublaslt_on_padded_operands(lt_backend, dtype, tf32, order, accumulate, shape):
+    """The first call of a shape plans it (autotune and the timed comparison run products on C), yet C holds
+    one product; the second call, on new operands, runs the plan; the padding of C is never written."""
+    be, (m, n, w) = lt_backend, shape
+    for seed in (5, 6):
+        a, b, c0 = host_operands(m, n, w, dtype, seed=seed)
+        a_d, _ = padded_on_device(be, a, order[0], 3)
+        b_d, _ = padded_on_device(be, b, order[1], 5)
+        c_d, c_block = padded_on_device(be, c0, "C", 7)
+        be.gemm(a_d, b_d, c_d, accumulate=accumulate, stream=be.compute_stream, tf32=tf32)
+        be.stream_synchronize(be.compute_stream)
+        error = componentwise_error(be.to_host(c_d), a, b, c0 if accumulate else None)
+        bound = tolerance(dtype, w, steps=1, tf32=tf32)
+        assert error <= bound, f"{dtype}{' tf32' if tf32 else ''} {order} {shape} error {error:.3e} > {bound:.3e}"
+        assert padding_untouched(be, c_block, (m, n), "C")
+    (row,) = be.gemm_rows()
+    # cuBLASLt took the shape, or its row says why not (a layout it refuses): never silently GemmEx
+    assert row["library"] == "cublaslt" or "not planned" in row["note"], row
+    assert row["library"] == "cublaslt" or dtype == "complex64", row

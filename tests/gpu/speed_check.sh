@@ -14,6 +14,9 @@
 #       side in one call (about 4 minutes): 2 ranks at float64 4096/8192/16384, tf32 and float16 16384, bfloat16
 #       32768, then 3 and 8 ranks at float64 16384, each product verified, the two orders alternating;
 #       STEP_CASES="RANKS:SIZE:TYPE:FIRST ..." runs those cases instead (a case named twice runs twice)
+#   bash tests/gpu/speed_check.sh library   the GEMM library per shape (HPCMM_GEMM_LIBRARY): the cuBLASLt GPU tests, then
+#       2 ranks with gemmex and with auto, alternating (LIBRARY_CASES="SIZE:TYPE[:OPTION:VALUE...] ..."), each verified,
+#       with every rank's planned shapes; then bench under auto with cuBLASMp (LIBRARY_BENCH; peers kit)
 #   bash tests/gpu/speed_check.sh gemm      hpcmm's GEMM call against cuBLASLt's own choice (nvmath-python's Matmul,
 #       heuristic and autotuned) on the shapes of the 2-rank steps, float32 among them (GEMM_PROBE_CASES overrides),
 #       one GPU (tests/gpu/gemm_probe.py; peers kit),
@@ -137,6 +140,26 @@ elif [ "${1:-all}" = gemm ]; then
   step gemm-hint 150 python3 tests/gpu/gemm_hint_probe.py --json "$OUT/gemm-hint.json"
   step gemm-probe 300 python3 tests/gpu/gemm_probe.py --json "$OUT/gemm-probe.json" \
     --cases "${GEMM_PROBE_CASES:-float64:8192x16384x8192,float32:8192x16384x8192,float32:4096x8192x4096,float32:16384x32768x8192,tf32:8192x16384x8192,float16:8192x16384x8192,bfloat16:16384x32768x8192,float64:4096x8192x4096,float64:8192x16384x1024}"
+elif [ "${1:-all}" = library ]; then
+  # cublasGemmEx for every shape (HPCMM_GEMM_LIBRARY=gemmex) against each shape's faster of it and cuBLASLt
+  # autotuned (auto), alternating, 2 ranks; then bench under auto against the best one GPU and cuBLASMp
+  step gpu-tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k cublaslt
+  step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
+    --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
+  lib() {  # lib SIZE TYPE [hpcmm options...]: gemmex, then auto
+    local size=$1 type=$2 opts=(--dtype "$2") name; shift 2
+    [ "$type" = tf32 ] && opts=(--dtype float32 --tf32)
+    for library in gemmex auto; do
+      name=library-$library-$type-$size${1:+-${*// /}}
+      while [ -e "$work/$name.h5" ]; do name=$name-again; done
+      step "$name" 90 env HPCMM_GEMM_LIBRARY=$library mpiexec -n 2 python3 -m hpcmm \
+        --m "$size" --n "$size" --k "$size" "${opts[@]}" --iters 5 --quiet --out "$work/$name.h5" "$@"
+    done
+  }
+  for case in ${LIBRARY_CASES:-16384:float64 8192:float64 4096:float64 16384:tf32 16384:float32 8192:float32 \
+                              16384:float64:--panel:1024 16384:float64}; do lib ${case//:/ }; done
+  bench lt 170 "${LIBRARY_BENCH:-float64:8192;float32:8192;float64:16384;float32:16384}" --heat-limit 5
+  [ -z "${LIBRARY_BENCH:-}" ] && bench lt-f32-32768 140 "float32:32768" --heat-limit 5
 elif [ "${1:-all}" = orders ]; then
   for kind in orders stored; do
     GEMM_ORDER=; [ "$kind" = stored ] && GEMM_ORDER=FC
@@ -201,6 +224,19 @@ for path in orders:
               f"{100 * s['host_overhead_fraction']:>7.2f}%{int(c['steps']):>6}  {dec(c['step_order_used']):<11} "
               f"{'yes' if s['verified'] else 'NO'}  GEMM ms by rank: "
               + " ".join(f"{1e3 * x:.2f}" for x in np.median(f["timings/step_seconds"][:, :, :, 0].sum(axis=2), axis=1)))
+libraries = sorted(glob.glob(os.path.join(work, "library-*.h5")), key=os.path.getmtime)
+if libraries:
+    print(f"{'GEMM library (HPCMM_GEMM_LIBRARY)':<44}{'TFLOP/s':>9}{'exposed':>9}  {'used':<44}ok")
+for path in libraries:
+    with h5py.File(path, "r") as f:
+        s = f["summary"].attrs
+        print(f"{os.path.basename(path)[8:-3]:<44}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%  "
+              f"{dec(s.get('gemm_library_used', '?'))[:42]:<44}{'yes' if s['verified'] else 'NO'}  GEMM ms by rank: "
+              + " ".join(f"{1e3 * x:.2f}" for x in np.median(f["timings/step_seconds"][:, :, :, 0].sum(axis=2), axis=1)))
+        for g in (f["timings/gemms"][()] if "timings/gemms" in f else []):
+            print(f"    rank {g['rank']} {dec(g['dtype'])} {g['m']}x{g['n']}x{g['w']} beta {g['beta']}: {dec(g['library'])}"
+                  f"  GemmEx {1e3 * g['gemmex_seconds']:.3f} ms, cuBLASLt {1e3 * g['cublaslt_seconds']:.3f} ms"
+                  f"  ({dec(g['note'])[:70]})")
 print()
 print("one-GPU candidates (TFLOP/s, mean of the 2 GPUs; * = best):")
 for path in sorted(glob.glob(os.path.join(work, "bench-*.h5"))):

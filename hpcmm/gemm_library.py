@@ -1,0 +1,201 @@
+"""Which library runs each local GEMM shape: cuBLAS's ``GemmEx`` or cuBLASLt's autotuned algorithm.
+
+``cublasGemmEx`` takes the algorithm its heuristics rank first for a shape.  cuBLASLt, through
+nvmath-python's :class:`nvmath.linalg.advanced.Matmul`, can instead time its candidates on the shape
+and keep the fastest (``autotune``).  Neither wins everywhere: on one H200, on the step shapes of a
+2-rank run (``tests/gpu/gemm_probe.py``, docs/benchmarks.md), the autotuned algorithm ran float64
+4096×8192×4096 15 % and 8192×16384×1024 13 % faster, tf32 9 % and the float64 8192-deep steps 2 %,
+while float16 and bfloat16 lost 2–7 %.
+
+So under ``HPCMM_GEMM_LIBRARY=auto`` (the default where nvmath-python imports) every new shape a
+rank multiplies (extents, strides, type, ``beta``, TF32) is planned once, on its own operands: the
+cuBLASLt plan is autotuned, then both libraries are timed in turns and the faster is kept, cuBLASLt
+only where it is faster by more than :data:`MARGIN`.  ``C`` is saved before and restored after, so a
+product planned in passing is still exact.  ``gemmex`` keeps ``cublasGemmEx`` for every shape.  What
+was chosen, and the times it was chosen by, go to ``/timings/gemms`` (:meth:`GemmPlans.rows`).
+
+Where nvmath-python is missing, a shape cannot be planned (the device memory for the copy of ``C``,
+a layout cuBLASLt refuses) or the device is a CPU, the shape keeps ``cublasGemmEx`` and its row says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable
+
+__all__ = ["LIBRARIES", "MARGIN", "GemmPlans", "libraries_used", "pick"]
+
+#: ``HPCMM_GEMM_LIBRARY``'s values.
+LIBRARIES = ("auto", "gemmex")
+#: cuBLASLt is taken for a shape only where its median time is below ``(1 - MARGIN)`` × GemmEx's:
+#: the two differ by less than this between rounds of the same call.
+MARGIN = 0.01
+#: Rounds of the comparison (each times both libraries once, in alternating order), and
+#: iterations per candidate of cuBLASLt's autotune.
+ROUNDS = 3
+AUTOTUNE_ITERATIONS = 3
+
+
+def pick(gemmex_seconds: list[float], cublaslt_seconds: list[float], margin: float = MARGIN) -> str:
+    """``"cublaslt"`` where its median time beats GemmEx's by more than ``margin``, else ``"gemmex"``.
+
+    >>> pick([1.0, 1.0, 1.1], [0.9, 0.95, 0.9])
+    'cublaslt'
+    >>> pick([1.0, 1.0, 1.0], [0.995, 0.995, 0.995])
+    'gemmex'
+    """
+    if not cublaslt_seconds:
+        return "gemmex"
+    faster = statistics.median(cublaslt_seconds) < (1 - margin) * statistics.median(gemmex_seconds)
+    return "cublaslt" if faster else "gemmex"
+
+
+def libraries_used(rows: list[dict], on_gpu: bool) -> str:
+    """What ran the GEMMs of a run, in words (the summary's ``gemm_library_used``), from every rank's rows.
+
+    >>> libraries_used([{"library": "cublaslt"}, {"library": "gemmex"}, {"library": "cublaslt"}], True)
+    'cuBLASLt for 2 of 3 shapes, cublasGemmEx for the rest'
+    >>> libraries_used([], False)
+    'numpy'
+    """
+    if not on_gpu:
+        return "numpy"
+    lt = sum(row["library"] == "cublaslt" for row in rows)
+    if lt == 0:
+        return "cublasGemmEx"
+    if lt == len(rows):
+        return "cuBLASLt"
+    return f"cuBLASLt for {lt} of {len(rows)} shapes, cublasGemmEx for the rest"
+
+
+@dataclasses.dataclass
+class _Plan:
+    library: str
+    row: dict
+    matmul: object = None
+
+
+class GemmPlans:
+    """One library per GEMM shape, chosen the first time the shape comes (see the module).
+
+    Parameters
+    ----------
+    mode : str
+        ``auto`` or ``gemmex`` (:data:`LIBRARIES`).
+    gemmex : callable
+        ``gemmex(a, b, c, accumulate, stream, tf32)``: the ``cublasGemmEx`` call.
+    timer : callable
+        ``timer(product, stream) -> seconds``: one product timed on ``stream`` (events on a GPU).
+    advanced : module or None
+        ``nvmath.linalg.advanced`` (``None``: import it here, where it imports).
+    on_gpu : bool
+        cuBLASLt runs on GPUs only.
+    """
+
+    def __init__(self, mode: str, gemmex: Callable, timer: Callable, advanced=None, on_gpu: bool = True) -> None:
+        if mode not in LIBRARIES:
+            raise ValueError(f"gemm library {mode!r}: expected one of {', '.join(LIBRARIES)}")
+        self.mode = mode
+        self._gemmex = gemmex
+        self._timer = timer
+        self._plans: dict[tuple, _Plan] = {}
+        self._advanced, self.unavailable = None, ""
+        if mode == "gemmex":
+            self.unavailable = "HPCMM_GEMM_LIBRARY=gemmex"
+        elif not on_gpu:
+            self.unavailable = "not on a GPU"
+        elif advanced is not None:
+            self._advanced = advanced
+        else:
+            try:
+                from nvmath.linalg import advanced as imported  # noqa: PLC0415 - optional dependency
+                self._advanced = imported
+            except Exception as exc:  # noqa: BLE001 - any failure to import means "not here"
+                self.unavailable = f"nvmath-python does not import ({type(exc).__name__})"
+
+    def __call__(self, a, b, c, accumulate: bool, stream, tf32: bool) -> None:
+        """``c (+)= a @ b`` on ``stream`` with the shape's library (planned on its first call)."""
+        key = (c.dtype.str, bool(tf32), bool(accumulate), a.shape, a.strides, b.shape, b.strides, c.shape, c.strides)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(a, b, c, accumulate, stream, tf32)
+        if plan.library == "cublaslt":
+            plan.matmul.reset_operands(a=a, b=b, c=c, stream=stream)
+            plan.matmul.execute(stream=stream)
+        else:
+            self._gemmex(a, b, c, accumulate, stream, tf32)
+
+    def rows(self) -> list[dict]:
+        """One row per planned shape, in the order they came (``/timings/gemms``)."""
+        return [plan.row for plan in self._plans.values()]
+
+    def close(self) -> None:
+        """Free every cuBLASLt plan (its workspace, its hold on the operands) and forget every shape."""
+        for plan in self._plans.values():
+            if plan.matmul is not None:
+                plan.matmul.free()
+                plan.matmul = None
+        self._plans.clear()
+
+    # -- planning a shape ------------------------------------------------------
+    def _plan(self, a, b, c, accumulate: bool, stream, tf32: bool) -> _Plan:
+        row = {"m": int(c.shape[0]), "n": int(c.shape[1]), "w": int(a.shape[1]),
+               "dtype": "tf32" if tf32 else c.dtype.name, "beta": int(accumulate), "library": "gemmex",
+               "gemmex_seconds": math.nan, "cublaslt_seconds": math.nan, "note": self.unavailable}
+        if self._advanced is None:
+            return _Plan("gemmex", row)
+        saved = matmul = None
+        try:
+            with stream:
+                saved = c.copy()
+            matmul = self._matmul(a, b, c, accumulate, stream, tf32)
+
+            def lt():
+                matmul.execute(stream=stream)
+
+            def ex():
+                self._gemmex(a, b, c, accumulate, stream, tf32)
+
+            times = {"gemmex": [], "cublaslt": []}
+            lt(), ex()  # each once untimed: first-call costs stay out of the comparison
+            for r in range(ROUNDS):
+                for name in (("gemmex", "cublaslt") if r % 2 == 0 else ("cublaslt", "gemmex")):
+                    times[name].append(self._timer(ex if name == "gemmex" else lt, stream))
+            library = pick(times["gemmex"], times["cublaslt"])
+            row.update(library=library, gemmex_seconds=float(statistics.median(times["gemmex"])),
+                       cublaslt_seconds=float(statistics.median(times["cublaslt"])),
+                       note=f"cuBLASLt autotuned over {len(matmul.algorithms)} algorithm(s), "
+                            f"{ROUNDS} rounds each, margin {MARGIN:.0%}")
+        except Exception as exc:  # noqa: BLE001 - a shape cuBLASLt cannot take keeps GemmEx
+            library = "gemmex"
+            row.update(note=f"cuBLASLt not planned: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
+        finally:
+            if saved is not None:
+                with stream:
+                    c[...] = saved  # the planning's products added to C: put back what the step found
+                del saved
+        if library != "cublaslt" and matmul is not None:
+            matmul.free()
+            matmul = None
+        return _Plan(library, row, matmul)
+
+    def _matmul(self, a, b, c, accumulate: bool, stream, tf32: bool):
+        """cuBLASLt's plan for ``c (+)= a @ b`` in place on ``c``, autotuned on these operands."""
+        advanced = self._advanced
+        options = {"inplace": True}
+        if tf32:
+            compute = getattr(advanced, "MatmulComputeType", None)
+            if compute is None:
+                from nvmath.linalg import ComputeType as compute  # noqa: PLC0415 - where older versions keep it
+            options["compute_type"] = compute.COMPUTE_32F_FAST_TF32
+        matmul = advanced.Matmul(a, b, c=c, alpha=1.0, beta=1.0 if accumulate else 0.0,
+                                 options=advanced.MatmulOptions(**options), stream=stream)
+        try:
+            matmul.plan(stream=stream)
+            matmul.autotune(iterations=AUTOTUNE_ITERATIONS, stream=stream)
+        except BaseException:
+            matmul.free()
+            raise
+        return matmul

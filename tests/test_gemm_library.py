@@ -1,0 +1,195 @@
+"""The choice of GEMM library per shape (hpcmm.gemm_library), on numpy operands and a stand-in for cuBLASLt."""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+import pytest
+
+from hpcmm.config import RunConfig, settings_from_environment
+from hpcmm.errors import InputError
+from hpcmm.gemm_library import MARGIN, ROUNDS, GemmPlans, libraries_used, pick
+
+
+class Stream:
+    """A stream stand-in: ``with stream:`` does nothing, as numpy has no streams."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def fake_advanced(fail: str | None = None, log: list | None = None):
+    """A stand-in for ``nvmath.linalg.advanced``: ``Matmul`` computes ``c = a @ b + beta c`` in place with numpy."""
+    log = [] if log is None else log
+
+    class MatmulOptions:
+        def __init__(self, **options):
+            self.options = options
+
+    class Matmul:
+        def __init__(self, a, b, c, alpha, beta, options, stream):
+            if fail == "construct":
+                raise ValueError("layout not supported")
+            assert options.options["inplace"] is True
+            self.a, self.b, self.c, self.beta = a, b, c, beta
+            self.algorithms = [1, 2, 3]
+            self.freed = False
+            log.append(self)
+
+        def plan(self, stream):
+            pass
+
+        def autotune(self, iterations, stream):
+            if fail == "autotune":
+                raise RuntimeError("autotune refused")
+            for _ in range(iterations):  # autotuning runs the product on the operands, as cuBLASLt's does
+                self.execute(stream)
+
+        def reset_operands(self, a, b, c, stream):
+            self.a, self.b, self.c = a, b, c
+
+        def execute(self, stream):
+            self.c[...] = self.a @ self.b + self.beta * self.c
+            log.append("lt")
+            return self.c
+
+        def free(self):
+            self.freed = True
+
+    return types.SimpleNamespace(Matmul=Matmul, MatmulOptions=MatmulOptions)
+
+
+def numpy_gemmex(log):
+    def gemmex(a, b, c, accumulate, stream, tf32):
+        c[...] = a @ b + (c if accumulate else 0)
+        log.append("ex")
+    return gemmex
+
+
+def timer_favouring(winner: str, ratio: float):
+    """A timer that says the product of ``winner`` takes ``ratio`` of the other's time."""
+    def timer(product, stream):
+        product()
+        return ratio if (winner == "cublaslt") == ("execute" in product.__code__.co_names) else 1.0
+    return timer
+
+
+def operands(rng, m=7, n=5, w=3):
+    a = np.asfortranarray(rng.random((m, w)))
+    b = rng.random((w, n))
+    c = rng.random((m, n))
+    return a, b, c
+
+
+@pytest.mark.parametrize("accumulate", [True, False])
+@pytest.mark.parametrize("winner, ratio, chosen", [("cublaslt", 0.9, "cublaslt"), ("cublaslt", 1 - MARGIN / 2, "gemmex"),
+                                                  ("gemmex", 0.9, "gemmex")])
+def test_each_shape_gets_the_faster_library_and_c_is_exact(accumulate, winner, ratio, chosen):
+    rng = np.random.default_rng(5)
+    log = []
+    plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring(winner, ratio), advanced=fake_advanced(log=log))
+    a, b, c = operands(rng)
+    want = a @ b + (c if accumulate else 0)
+    plans(a, b, c, accumulate, Stream(), False)
+    # The planning ran both libraries on C many times; C holds one product, as without planning.
+    np.testing.assert_allclose(c, want, rtol=1e-13)
+    (row,) = plans.rows()
+    assert row["library"] == chosen and (row["m"], row["n"], row["w"], row["beta"]) == (7, 5, 3, int(accumulate))
+    assert row["gemmex_seconds"] > 0 and row["cublaslt_seconds"] > 0
+    # Later calls of the shape run the chosen library once each, with no more planning.
+    log.clear()
+    a2, b2, c2 = operands(rng)
+    want2 = a2 @ b2 + (c2 if accumulate else 0)
+    plans(a2, b2, c2, accumulate, Stream(), False)
+    np.testing.assert_allclose(c2, want2, rtol=1e-13)
+    assert log == ["lt" if chosen == "cublaslt" else "ex"]
+    assert len(plans.rows()) == 1
+
+
+def test_the_comparison_alternates_and_a_new_shape_is_planned_again():
+    rng = np.random.default_rng(6)
+    log = []
+    plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5), advanced=fake_advanced(log=log))
+    plans(*operands(rng), True, Stream(), False)
+    runs = [x for x in log if isinstance(x, str)]
+    # autotune's runs, one untimed run of each, ROUNDS rounds alternating who goes first, then the call's product
+    assert runs[-1 - 2 * ROUNDS:] == (["ex", "lt", "lt", "ex"] * ROUNDS)[: 2 * ROUNDS] + ["lt"]
+    plans(*operands(rng, m=9), True, Stream(), False)
+    plans(*operands(rng), False, Stream(), False)  # beta 0 is a shape of its own
+    assert [(r["m"], r["beta"]) for r in plans.rows()] == [(7, 1), (9, 1), (7, 0)]
+
+
+@pytest.mark.parametrize("fail", ["construct", "autotune"])
+def test_a_shape_cublaslt_refuses_keeps_gemmex_and_says_why(fail):
+    rng = np.random.default_rng(7)
+    log = []
+    plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5),
+                      advanced=fake_advanced(fail=fail, log=log))
+    a, b, c = operands(rng)
+    want = a @ b + c
+    plans(a, b, c, True, Stream(), False)
+    np.testing.assert_allclose(c, want, rtol=1e-13)  # an autotune that ran products before it failed left no trace
+    (row,) = plans.rows()
+    assert row["library"] == "gemmex" and "cuBLASLt not planned" in row["note"] and math.isnan(row["cublaslt_seconds"])
+    matmuls = [x for x in log if not isinstance(x, str)]
+    assert all(m.freed for m in matmuls)
+
+
+def test_gemmex_mode_and_cpus_never_plan():
+    rng = np.random.default_rng(8)
+    for plans, why in [(GemmPlans("gemmex", numpy_gemmex([]), None, advanced=fake_advanced()), "gemmex"),
+                       (GemmPlans("auto", numpy_gemmex([]), None, on_gpu=False), "not on a GPU")]:
+        a, b, c = operands(rng)
+        want = a @ b + c
+        plans(a, b, c, True, Stream(), False)
+        np.testing.assert_allclose(c, want, rtol=1e-13)
+        assert plans.rows()[0]["library"] == "gemmex" and why in plans.rows()[0]["note"]
+    with pytest.raises(ValueError, match="cublas"):
+        GemmPlans("cublas", numpy_gemmex([]), None)
+
+
+def test_pick_and_the_words_for_a_run():
+    assert pick([1.0] * 3, [0.98] * 3) == "cublaslt"
+    assert pick([1.0] * 3, [1.0 - MARGIN] * 3) == "gemmex"  # not faster by more than the margin
+    assert pick([1.0, 5.0, 1.0], [0.9, 0.9, 9.0]) == "cublaslt"  # medians, not means
+    assert pick([1.0], []) == "gemmex"
+    assert libraries_used([{"library": "cublaslt"}] * 2, True) == "cuBLASLt"
+    assert libraries_used([{"library": "gemmex"}], True) == libraries_used([], True) == "cublasGemmEx"
+
+
+def test_the_setting_and_its_variable():
+    assert RunConfig().gemm_library == "auto"
+    assert settings_from_environment({"HPCMM_GEMM_LIBRARY": "gemmex"}) == {"gemm_library": "gemmex"}
+    with pytest.raises(InputError, match="HPCMM_GEMM_LIBRARY='lt'"):
+        settings_from_environment({"HPCMM_GEMM_LIBRARY": "lt"})
+
+
+def test_an_engine_lets_its_gemm_plans_go_when_it_closes():
+    """cuBLASLt's plans hold the operands they last ran on (the engine's panels and C): the engine frees them."""
+    from mpi4py import MPI
+
+    from hpcmm.backend import CpuBackend
+    from hpcmm.engine import Engine
+    from hpcmm.layout import Grid, Layout
+    from hpcmm.topology import Topology
+
+    class Counting(CpuBackend):
+        forgotten = 0
+
+        def forget_gemm_plans(self):
+            self.forgotten += 1
+
+    backend = Counting()
+    topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
+    try:
+        engine = Engine(topo, backend, Layout(12, 7, 8, Grid(1, 1)), RunConfig(panel=2, prefetch=1), False)
+        assert backend.forgotten == 0
+        engine.close()
+        assert backend.forgotten == 1
+    finally:
+        topo.close()
