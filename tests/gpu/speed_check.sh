@@ -143,7 +143,7 @@ elif [ "${1:-all}" = gemm ]; then
 elif [ "${1:-all}" = library ]; then
   # cublasGemmEx for every shape (HPCMM_GEMM_LIBRARY=gemmex) against each shape's faster of it and cuBLASLt
   # autotuned (auto), alternating, 2 ranks; then bench under auto against the best one GPU and cuBLASMp
-  step gpu-tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k cublaslt
+  [ "${LIBRARY_TESTS:-1}" = 1 ] && step gpu-tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k cublaslt
   step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
     --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
   lib() {  # lib SIZE TYPE [hpcmm options...]: gemmex, then auto
