@@ -2,17 +2,22 @@
 
 ``cublasGemmEx`` takes the algorithm its heuristics rank first for a shape.  cuBLASLt, through
 nvmath-python's :class:`nvmath.linalg.advanced.Matmul`, can instead time its candidates on the shape
-and keep the fastest (``autotune``).  Neither wins everywhere: on one H200, on the step shapes of a
+and keep the fastest (``autotune``).  Neither wins everywhere.  On one H200, on the step shapes of a
 2-rank run (``tests/gpu/gemm_probe.py``, docs/benchmarks.md), the autotuned algorithm ran float64
-4096×8192×4096 15 % and 8192×16384×1024 13 % faster, tf32 9 % and the float64 8192-deep steps 2 %,
-while float16 and bfloat16 lost 2–7 %.
+4096×8192×4096 15 % and 8192×16384×1024 13 % faster, tf32 9 % and the float64 and float32 8192-deep
+steps 2 %, while float16 and bfloat16 lost 2–7 %.  In 2-rank products on 2 H200 (the same call,
+``HPCMM_GEMM_LIBRARY`` alternating) it gained float64 4096 +10.8 %, 8192 +3.3 %, float32 8192 +2.4 %,
+16384 +1.5 %, float64 16384 ±0; but tf32 16384 lost 5–6 % in all three pairs where its shapes took
+cuBLASLt, although the comparison alone had timed cuBLASLt faster: in a tf32 product each panel's
+re-layout kernel runs beside the GEMM (:mod:`hpcmm.gemm_orders`), which the comparison does not see.
 
-So under ``HPCMM_GEMM_LIBRARY=auto`` (the default where nvmath-python imports) every new shape a
-rank multiplies (extents, strides, type, ``beta``, TF32) is planned once, on its own operands: the
-cuBLASLt plan is autotuned, then both libraries are timed in turns and the faster is kept, cuBLASLt
-only where it is faster by more than :data:`MARGIN`.  ``C`` is saved before and restored after, so a
-product planned in passing is still exact.  ``gemmex`` keeps ``cublasGemmEx`` for every shape.  What
-was chosen, and the times it was chosen by, go to ``/timings/gemms`` (:meth:`GemmPlans.rows`).
+So under ``HPCMM_GEMM_LIBRARY=auto`` (the default; it acts where nvmath-python imports) every new
+float64 or float32 shape (:data:`PLANNED_KINDS`; extents, strides, ``beta``) a rank multiplies is
+planned once, on its own operands: the cuBLASLt plan is autotuned, then both libraries are timed in
+turns and the faster is kept, cuBLASLt only where it is faster by more than :data:`MARGIN`.  ``C`` is
+saved before and restored after, so a product planned in passing is still exact.  tf32 and the other
+types keep ``cublasGemmEx`` (their rows say so); ``gemmex`` keeps it for every shape.  What was chosen,
+and the times it was chosen by, go to ``/timings/gemms`` (:meth:`GemmPlans.rows`).
 
 Where nvmath-python is missing, a shape cannot be planned (the device memory for the copy of ``C``,
 a layout cuBLASLt refuses) or the device is a CPU, the shape keeps ``cublasGemmEx`` and its row says why.
@@ -25,7 +30,7 @@ import math
 import statistics
 from collections.abc import Callable
 
-__all__ = ["LIBRARIES", "MARGIN", "GemmPlans", "libraries_used", "pick"]
+__all__ = ["LIBRARIES", "MARGIN", "PLANNED_KINDS", "GemmPlans", "libraries_used", "pick"]
 
 #: ``HPCMM_GEMM_LIBRARY``'s values.
 LIBRARIES = ("auto", "gemmex")
@@ -36,6 +41,9 @@ MARGIN = 0.01
 #: iterations per candidate of cuBLASLt's autotune.
 ROUNDS = 3
 AUTOTUNE_ITERATIONS = 3
+#: The kinds of GEMM (type, or ``tf32``) that ``auto`` plans: where cuBLASLt's choice gained in products
+#: (the module's measurements); complex types were not measured.
+PLANNED_KINDS = ("float64", "float32")
 
 
 def pick(gemmex_seconds: list[float], cublaslt_seconds: list[float], margin: float = MARGIN) -> str:
@@ -145,6 +153,9 @@ class GemmPlans:
                "dtype": "tf32" if tf32 else c.dtype.name, "beta": int(accumulate), "library": "gemmex",
                "gemmex_seconds": math.nan, "cublaslt_seconds": math.nan, "note": self.unavailable}
         if self._advanced is None:
+            return _Plan("gemmex", row)
+        if row["dtype"] not in PLANNED_KINDS:
+            row["note"] = f"{row['dtype']}: cublasGemmEx, as measured in products (hpcmm.gemm_library)"
             return _Plan("gemmex", row)
         saved = matmul = None
         try:

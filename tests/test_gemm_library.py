@@ -193,3 +193,18 @@ def test_an_engine_lets_its_gemm_plans_go_when_it_closes():
         assert backend.forgotten == 1
     finally:
         topo.close()
+
+
+@pytest.mark.parametrize("dtype, tf32", [("float32", True), ("float16", False), ("complex128", False)])
+def test_auto_leaves_the_kinds_cublaslt_lost_in_products_to_gemmex(dtype, tf32):
+    """tf32 lost 5-6 % in products with cuBLASLt (the panel re-layout runs beside it), the 16-bit types never
+    took it: auto plans float64 and float32 only, and says why a shape of another kind kept GemmEx."""
+    rng = np.random.default_rng(9)
+    log = []
+    plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5), advanced=fake_advanced(log=log))
+    a, b, c = (x.astype(dtype) for x in operands(rng))
+    plans(a, b, c, True, Stream(), tf32)
+    (row,) = plans.rows()
+    assert row["library"] == "gemmex" and "as measured in products" in row["note"]
+    assert log == ["ex"]  # no cuBLASLt plan, no comparison: one product
+    assert row["dtype"] == ("tf32" if tf32 else dtype)

@@ -449,6 +449,9 @@ def lt_backend(monkeypatch):
     import hpcmm.gemm_library as gemm_library
 
     monkeypatch.setattr(gemm_library, "pick", lambda ex, lt, margin=0: "cublaslt")
+    # every kind, those auto leaves to GemmEx by measurement too: the cuBLASLt path itself is right for each
+    monkeypatch.setattr(gemm_library, "PLANNED_KINDS", ("float64", "float32", "tf32", "float16", "bfloat16",
+                                                        "complex64"))
     be = GpuBackend(0)
     be.use_gemm_library("auto")
     yield be
