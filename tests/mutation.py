@@ -160,6 +160,30 @@ MUTATIONS = {
         "MIN_GAIN = 0.0",
         ["tests/test_gemm_orders.py"],
     ),
+    "gemm planning leaves its products in C": (
+        "hpcmm/gemm_library.py",
+        "                    c[...] = saved  # the planning's products added to C: put back what the step found\n",
+        "                    pass\n",
+        ["tests/test_gemm_library.py"],
+    ),
+    "gemm library: cuBLASLt kept where slower": (
+        "hpcmm/gemm_library.py",
+        "    faster = statistics.median(cublaslt_seconds) < (1 - margin) * statistics.median(gemmex_seconds)",
+        "    faster = statistics.median(cublaslt_seconds) < (1 + margin) * statistics.median(gemmex_seconds)",
+        ["tests/test_gemm_library.py"],
+    ),
+    "gemm library: tf32 planned too": (
+        "hpcmm/gemm_library.py",
+        '        if row["dtype"] not in PLANNED_KINDS:',
+        "        if False:",
+        ["tests/test_gemm_library.py"],
+    ),
+    "engine keeps its gemm plans": (
+        "hpcmm/engine.py",
+        "        self.backend.forget_gemm_plans()\n",
+        "",
+        ["tests/test_gemm_library.py"],
+    ),
 }
 
 
