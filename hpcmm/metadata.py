@@ -38,6 +38,7 @@ def versions(backend=None) -> dict[str, str]:
         "cupy": "",
         "cuda_runtime": "",
         "cuda_driver": "",
+        "nvmath_python": _installed("nvmath-python"),
     }
     if backend is not None and backend.on_gpu:
         cupy = backend.cupy
@@ -52,6 +53,16 @@ def versions(backend=None) -> dict[str, str]:
         except Exception:  # noqa: BLE001 - optional
             pass
     return out
+
+
+def _installed(distribution: str) -> str:
+    """The installed version of a distribution, read from its metadata (nothing is imported); ``""`` if absent."""
+    from importlib import metadata  # noqa: PLC0415
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def mpi_library() -> str:
