@@ -210,7 +210,8 @@ def measure_candidates(backend, case, warmup: int = 1, repeats: int = 3, timer: 
              for row in backend.gemm_rows())
     backend.forget_gemm_plans()  # they hold the candidates' operands
     backend.release_cached()
-    return [{"candidate": cand.name + (" (cuBLASLt)" if lt and cand.library == "hpcmm" else ""), "library": cand.library, "a_order": cand.a_order, "b_order": cand.b_order,
+    return [{"candidate": cand.name + (" (cuBLASLt)" if lt and cand.library == "hpcmm" else ""),
+             "library": cand.library, "a_order": cand.a_order, "b_order": cand.b_order,
              "seconds": float(np.median(times[i])) if times[i] and not notes[i] else float("nan"),
              "note": notes[i]} for i, cand in enumerate(cands)]
 

@@ -97,7 +97,8 @@ class GemmPlans:
     timer : callable
         ``timer(product, stream) -> seconds``: one product timed on ``stream`` (events on a GPU).
     advanced : module or None
-        ``nvmath.linalg.advanced`` (``None``: import it here, where it imports).
+        ``nvmath.linalg.advanced`` (``None``: imported at the first shape to plan, where it imports, so
+        that a run with nothing to plan never loads it).
     on_gpu : bool
         cuBLASLt runs on GPUs only.
     """
@@ -109,19 +110,21 @@ class GemmPlans:
         self._gemmex = gemmex
         self._timer = timer
         self._plans: dict[tuple, _Plan] = {}
-        self._advanced, self.unavailable = None, ""
+        self._advanced, self.unavailable = advanced, ""
         if mode == "gemmex":
             self.unavailable = "HPCMM_GEMM_LIBRARY=gemmex"
         elif not on_gpu:
             self.unavailable = "not on a GPU"
-        elif advanced is not None:
-            self._advanced = advanced
-        else:
+
+    def _cublaslt(self):
+        """``nvmath.linalg.advanced``, imported on first need; ``None`` (and :attr:`unavailable` says why)."""
+        if self._advanced is None and not self.unavailable:
             try:
-                from nvmath.linalg import advanced as imported  # noqa: PLC0415 - optional dependency
-                self._advanced = imported
+                from nvmath.linalg import advanced  # noqa: PLC0415 - optional dependency
+                self._advanced = advanced
             except Exception as exc:  # noqa: BLE001 - any failure to import means "not here"
                 self.unavailable = f"nvmath-python does not import ({type(exc).__name__})"
+        return None if self.unavailable else self._advanced
 
     def __call__(self, a, b, c, accumulate: bool, stream, tf32: bool) -> None:
         """``c (+)= a @ b`` on ``stream`` with the shape's library (planned on its first call)."""
@@ -152,10 +155,13 @@ class GemmPlans:
         row = {"m": int(c.shape[0]), "n": int(c.shape[1]), "w": int(a.shape[1]),
                "dtype": "tf32" if tf32 else c.dtype.name, "beta": int(accumulate), "library": "gemmex",
                "gemmex_seconds": math.nan, "cublaslt_seconds": math.nan, "note": self.unavailable}
-        if self._advanced is None:
+        if self.unavailable:
             return _Plan("gemmex", row)
         if row["dtype"] not in PLANNED_KINDS:
             row["note"] = f"{row['dtype']}: cublasGemmEx, as measured in products (hpcmm.gemm_library)"
+            return _Plan("gemmex", row)
+        if self._cublaslt() is None:
+            row["note"] = self.unavailable
             return _Plan("gemmex", row)
         saved = matmul = None
         try:

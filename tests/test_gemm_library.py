@@ -208,3 +208,35 @@ def test_auto_leaves_the_kinds_cublaslt_lost_in_products_to_gemmex(dtype, tf32):
     assert row["library"] == "gemmex" and "as measured in products" in row["note"]
     assert log == ["ex"]  # no cuBLASLt plan, no comparison: one product
     assert row["dtype"] == ("tf32" if tf32 else dtype)
+
+
+def test_cublaslt_is_imported_at_the_first_shape_to_plan_and_only_then(monkeypatch):
+    """A run with nothing to plan (tf32, 16-bit) never loads nvmath-python; a float64 shape loads it once,
+    and where it does not import, every planned shape keeps GemmEx and says why."""
+    import sys
+
+    seen = []
+    log = []
+    linalg = types.ModuleType("nvmath.linalg")
+    linalg.__getattr__ = lambda name: (seen.append(name), fake_advanced(log=log))[1]
+    monkeypatch.setitem(sys.modules, "nvmath", types.ModuleType("nvmath"))
+    monkeypatch.setitem(sys.modules, "nvmath.linalg", linalg)
+    rng = np.random.default_rng(10)
+    plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5))
+    a, b, c = (x.astype("float16") for x in operands(rng))
+    plans(a, b, c, True, Stream(), False)
+    assert seen == []
+    plans(*operands(rng), True, Stream(), False)
+    assert "advanced" in seen
+    monkeypatch.setitem(sys.modules, "nvmath.linalg", None)  # a second import would fail now: there is none
+    plans(*operands(rng, m=9), True, Stream(), False)
+    assert [r["library"] for r in plans.rows()] == ["gemmex", "cublaslt", "cublaslt"]
+
+    monkeypatch.setitem(sys.modules, "nvmath.linalg", None)  # not installed: the import fails
+    plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5))
+    a, b, c = operands(rng)
+    want = a @ b + c
+    plans(a, b, c, True, Stream(), False)
+    np.testing.assert_allclose(c, want, rtol=1e-13)
+    (row,) = plans.rows()
+    assert row["library"] == "gemmex" and row["note"].startswith("nvmath-python does not import")
