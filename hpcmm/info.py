@@ -80,6 +80,11 @@ def info_main(config: RunConfig, comm: MPI.Comm) -> int:
     print(f"CUDA-aware MPI     {'yes' if aware.aware else 'no'}: {aware.reason}")
     print(f"cupy / CUDA        {v['cupy'] or 'not installed'} / runtime {v['cuda_runtime'] or '-'}, "
           f"driver {v['cuda_driver'] or '-'}")
+    if all(r["gpu_index"] < 0 for r in facts["rows"]):
+        print("GEMM library       numpy (no GPU)")
+    else:
+        print(f"GEMM library       HPCMM_GEMM_LIBRARY={config.gemm_library}; cuBLASLt through nvmath-python "
+              f"{v['nvmath_python'] or 'not installed (cublasGemmEx only; pip install nvmath-python)'}")
     print(f"h5py / HDF5        {v['h5py']} / {v['hdf5']} (parallel HDF5: {'yes' if facts['parallel_hdf5'] else 'no'})")
     print(f"numpy / Python     {v['numpy']} / {v['python']}")
     for label, ranks, states in facts["mps"]:

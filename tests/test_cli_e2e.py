@@ -252,6 +252,7 @@ def test_info_at_two_ranks(mpiexec, tmp_path):
     assert "process grid       2x1 (1 node(s))" in text
     assert "MPI library" in text and "CUDA-aware MPI     no:" in text
     assert "h5py / HDF5" in text
+    assert "GEMM library       numpy (no GPU)" in text  # on CPUs there is no library to choose
     assert not list(tmp_path.iterdir()), "info writes no file"
 
 
