@@ -173,8 +173,11 @@ def _bench_cases(ns, config: RunConfig, comm: MPI.Comm, topo, backend) -> int:
     peers_ok = not getattr(ns, "no_peers", False)
     heat_limit = float(getattr(ns, "heat_limit", None) or HEAT_LIMIT)
     for case in cases:
+        # hpcmm and its one-device candidates are timed as cuBLASMp's final measurement is: at least
+        # CUBLASMP_WARMUP untimed products, then the median of at least CUBLASMP_MIN_ITERS.
         cfg = config.replace(m=case.m, n=case.n, k=case.k, dtype=case.dtype, tf32=case.tf32,
-                             quiet=True, out=out, warmup=max(config.warmup, 1))
+                             quiet=True, out=out, warmup=max(config.warmup, CUBLASMP_WARMUP),
+                             iters=max(config.iters, CUBLASMP_MIN_ITERS))
         say = (lambda msg: sys.stderr.write(f"hpcmm bench: {case.label}: {msg}\n")) if rank == 0 else (lambda msg: None)
         # The run's GEMM and the 'hpcmm gemm' candidate take the same operand orders.
         order = gemm_order(case.dtype, case.tf32, backend.on_gpu, cfg.gemm_order)
@@ -199,8 +202,9 @@ def _bench_cases(ns, config: RunConfig, comm: MPI.Comm, topo, backend) -> int:
             elif name == "heat" and case.tf32:
                 peer = PeerResult(note="not run for tf32")
             else:
-                warmup, iters = (max(cfg.warmup, CUBLASMP_WARMUP), max(cfg.iters, CUBLASMP_MIN_ITERS)) \
-                    if name == "cublasmp" else (cfg.warmup, cfg.iters)
+                # Heat keeps the counts asked for: its own time limit bounds it (peers.heat)
+                warmup, iters = (cfg.warmup, cfg.iters) if name == "cublasmp" else (max(config.warmup, 1),
+                                                                                      config.iters)
                 peer = _peer(fn, comm, backend, case.m, case.n, case.k, case.dtype, warmup=warmup, iters=iters,
                              **kwargs)
                 say(f"{name} {_fmt(peer.tflops, '.2f')} TFLOP/s {peer.note}")

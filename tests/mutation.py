@@ -184,6 +184,12 @@ MUTATIONS = {
         "",
         ["tests/test_gemm_library.py"],
     ),
+    "bench: hpcmm timed with the counts asked, cuBLASMp with its own": (
+        "hpcmm/bench.py",
+        "                             iters=max(config.iters, CUBLASMP_MIN_ITERS))",
+        "                             iters=config.iters)",
+        ["tests/test_bench.py"],
+    ),
 }
 
 

@@ -430,3 +430,37 @@ def test_the_hpcmm_candidate_names_cublaslt_where_its_shape_took_it():
         rows = measure_candidates(Planned(library), case, warmup=0, repeats=1, timer=timer)
         assert [r["candidate"] for r in rows if r["library"] == "hpcmm"] == ["hpcmm gemm A:F B:C" + suffix]
         assert all("cuBLASLt" not in r["candidate"] for r in rows if r["library"] != "hpcmm")
+
+
+def test_hpcmm_its_candidates_and_cublasmp_are_timed_alike(tmp_path, monkeypatch, no_peer_packages):
+    """With `--warmup 1 --iters 3` asked, hpcmm's run, its one-device candidates and cuBLASMp's final
+    measurement all take cuBLASMp's protocol: 2 untimed products, then the median of 5."""
+    from hpcmm.peers import CUBLASMP_MIN_ITERS, CUBLASMP_WARMUP, PeerResult
+
+    seen = {}
+    real_run = bench.run
+
+    def run(cfg, comm, write):
+        seen["hpcmm"] = (cfg.warmup, cfg.iters)
+        return real_run(cfg, comm, write=write)
+
+    def timer(candidate, product, warmup, repeats):
+        product()
+        seen.setdefault("candidates", 0)
+        seen["candidates"] += warmup
+        seen.setdefault("rounds", 0)
+        seen["rounds"] += repeats
+        return [1.0] * repeats
+
+    def cublasmp(comm, backend, m, n, k, dtype, warmup, iters, tf32=False):
+        seen["cublasmp"] = (warmup, iters)
+        return PeerResult(note="stand-in")
+
+    monkeypatch.setattr(bench, "run", run)
+    monkeypatch.setattr(bench, "cublasmp", cublasmp)
+    status = bench.bench_main(_ns(cases="float64:40x24x32", reference_timer=timer),
+                              RunConfig(device="cpu", out=str(tmp_path / "b.h5"), warmup=1, iters=3), MPI.COMM_SELF)
+    assert status == 0
+    assert seen["hpcmm"] == seen["cublasmp"] == (CUBLASMP_WARMUP, CUBLASMP_MIN_ITERS) == (2, 5)
+    # five candidates, each its warm-ups in its first turn and one timed product per round
+    assert (seen["candidates"], seen["rounds"]) == (5 * 2, 5 * 5)
