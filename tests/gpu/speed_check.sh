@@ -64,7 +64,7 @@ step() {
 bench() {  # bench NAME LIMIT CASES [OPTIONS...]   ($GEMM_ORDER, where set, goes to hpcmm as HPCMM_GEMM_ORDER)
   local name=$1 limit=$2 cases=$3; shift 3
   step "bench-$name" "$limit" env ${GEMM_ORDER:+HPCMM_GEMM_ORDER=$GEMM_ORDER} \
-    mpiexec -n 2 python3 -m hpcmm bench --cases "$cases" --iters 3 --out "$work/bench-$name.h5" --overwrite "$@"
+    mpiexec -n 2 python3 -m hpcmm bench --cases "$cases" --warmup 2 --iters 5 --out "$work/bench-$name.h5" --overwrite "$@"
 }
 
 panel() {  # panel SIZE WIDTH [TYPE]   (TYPE: float64 by default; tf32 = float32 with --tf32)
