@@ -13,7 +13,8 @@
 # ranks share a GPU, mps true with the daemon and false without it.  Where an hpcmm without the
 # --balance option runs this script, the cases that need it are recorded as SKIP.
 #
-#   SHARED_N (default 16384), SHARED_RANKS ("2 3 5 8"), SHARED_TIMEOUT (s per run, 300),
+#   SHARED_N (default 16384), SHARED_RANKS ("2 3 5 8"), SHARED_TIMEOUT (s per run, 300), SHARED_REPEATS
+#   (rounds of the default-balance runs, every rank count in turn, 1; the table adds their medians),
 #   SHARED_UNEVEN ("10007 6001 3001"), SHARED_PHASES ("off on"), SHARED_BALANCES (the other
 #   balances run at 16384 beside the default: "none measured product"; "" for none) and SHARED_UNEVEN_BALANCES
 #   (the balances of the verified uneven product: "default measured product") tune it.
@@ -35,6 +36,8 @@ N=${SHARED_N:-16384}
 RANKS=${SHARED_RANKS:-2 3 5 8}
 read -r UM UN UK <<< "${SHARED_UNEVEN:-10007 6001 3001}"
 LIMIT=${SHARED_TIMEOUT:-300}
+REPEATS=${SHARED_REPEATS:-1}
+REP=
 
 if [ -f .device/env.sh ]; then
   # shellcheck disable=SC1091
@@ -93,7 +96,7 @@ record() {  # record MPS RANKS BALANCE CASE STATUS TFLOPS VERIFIED IMBALANCE DET
 # run_case MPS RANKS BALANCE(default|none|measured|product) CASE -- hpcmm options...
 run_case() {
   local mps=$1 ranks=$2 balance=$3 name=$4; shift 5
-  local out=$work/$mps-n$ranks-$balance-$name.h5 rc facts
+  local out=$work/$mps-n$ranks-$balance-$name${REP:+-r$REP}.h5 rc facts
   if [ "$balance" != default ] && [ "$has_balance" = 0 ]; then
     record "$mps" "$ranks" "$balance" "$name" SKIP - - - "no --balance option in this hpcmm"
     return
@@ -176,9 +179,14 @@ for phase in ${SHARED_PHASES:-off on}; do
     init_on=$(cuda_init_seconds)  # the first client also starts the MPS server
   fi
   mpiexec -n 3 python3 -m hpcmm info >> "$log" 2>&1
-  for ranks in $RANKS; do
-    run_case "$phase" "$ranks" default "$N" -- --m "$N" --n "$N" --k "$N"
+  # The default-balance runs, SHARED_REPEATS rounds of every rank count in turn (the table takes the median)
+  for REP in $(seq "$REPEATS"); do
+    [ "$REPEATS" = 1 ] && REP=
+    for ranks in $RANKS; do
+      run_case "$phase" "$ranks" default "$N" -- --m "$N" --n "$N" --k "$N"
+    done
   done
+  REP=
   for ranks in $RANKS; do
     [ "$ranks" -gt 2 ] || continue
     for balance in ${SHARED_BALANCES-none measured product}; do
@@ -199,18 +207,29 @@ done
 # -- the table: TFLOP/s as a share of 2 ranks in the same phase ----------------------------------
 tar czf "$OUT/results.tgz" -C "$work" . 2>/dev/null
 echo
-echo "float64 $N, one call each: % of the 2-rank figure of the same phase; imbalance predicted/measured"
+echo "float64 $N, one call: % of the 2-rank figure of the same phase (with SHARED_REPEATS > 1: medians); imbalance predicted/measured"
 python3 - "$table" <<'PY' | tee "$OUT/table.txt"
-import sys
+import statistics, sys
 rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1]) if line.strip()]
-ref = {r[0]: float(r[5]) for r in rows if r[1] == "2" and r[2] == "default" and r[5] != "-"}
+runs = {}  # (mps, ranks, balance, case) -> TFLOP/s of each run
+for r in rows:
+    if r[5] != "-":
+        runs.setdefault(tuple(r[:4]), []).append(float(r[5]))
+median = {key: statistics.median(v) for key, v in runs.items()}
+ref = {key[0]: m for key, m in median.items() if key[1] == "2" and key[2] == "default"}
 fmt = "{:<3} {:>5}  {:<8} {:<8} {:<5} {:>8}  {:>6}  {:<8} {:<13} {}"
 print(fmt.format("MPS", "ranks", "balance", "case", "ok", "TFLOP/s", "% of 2", "verified", "imbalance", "detail"))
+share = lambda mps, case, tflops: f"{100 * tflops / ref[mps]:.1f}" if case != "uneven" and ref.get(mps) else "-"
 for mps, ranks, balance, case, ok, tflops, verified, imbalance, detail in rows:
-    share = "-"
-    if tflops != "-" and case != "uneven" and ref.get(mps):
-        share = f"{100 * float(tflops) / ref[mps]:.1f}"
-    print(fmt.format(mps, ranks, balance, case, ok, tflops, share, verified, imbalance, detail))
+    print(fmt.format(mps, ranks, balance, case, ok, tflops, share(mps, case, float(tflops)) if tflops != "-" else "-",
+                     verified, imbalance, detail))
+repeated = [(key, v) for key, v in runs.items() if len(v) > 1]
+if repeated:
+    print("\nmedians of the repeated runs (% of the 2-rank median of the same phase):")
+    for (mps, ranks, balance, case), v in repeated:
+        m = median[(mps, ranks, balance, case)]
+        print(fmt.format(mps, ranks, balance, case, f"x{len(v)}", f"{m:.2f}", share(mps, case, m), "-", "-",
+                         "runs " + " ".join(f"{x:.2f}" for x in v)))
 PY
 echo "MPS control daemon start (control socket ready): $mps_start s; first CUDA context: ${init_off:-?} s without MPS, ${init_on:-?} s under MPS (it starts the server)"
 exit "$(cut -f5 "$table" | grep -c '^FAIL$')"
