@@ -139,7 +139,7 @@ elif [ "${1:-all}" = gemm ]; then
     --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
   step gemm-hint 150 python3 tests/gpu/gemm_hint_probe.py --json "$OUT/gemm-hint.json"
   step gemm-probe 300 python3 tests/gpu/gemm_probe.py --json "$OUT/gemm-probe.json" \
-    --cases "${GEMM_PROBE_CASES:-float64:8192x16384x8192,float64:8192x16384x16384,float64:16384x16384x16384,float32:8192x16384x8192,float32:4096x8192x4096,float32:16384x32768x8192,tf32:8192x16384x8192,float16:8192x16384x8192,bfloat16:16384x32768x8192,float64:4096x8192x4096,float64:8192x16384x1024}"
+    --cases "${GEMM_PROBE_CASES:-float64:8192x16384x8192,float64:16384x8192x8192,float64:8192x16384x16384,float64:16384x16384x16384,float32:8192x16384x8192,float32:4096x8192x4096,float32:16384x32768x8192,tf32:8192x16384x8192,float16:8192x16384x8192,bfloat16:16384x32768x8192,float64:4096x8192x4096,float64:8192x16384x1024}"
 elif [ "${1:-all}" = library ]; then
   # cublasGemmEx for every shape (HPCMM_GEMM_LIBRARY=gemmex) against each shape's faster of it and cuBLASLt
   # autotuned (auto), alternating, 2 ranks; then bench under auto against the best one GPU and cuBLASMp
