@@ -54,7 +54,8 @@ def fake_advanced(fail: str | None = None, log: list | None = None):
             self.a, self.b, self.c = a, b, c
 
         def execute(self, stream):
-            self.c[...] = self.a @ self.b + self.beta * self.c
+            # BLAS's rule, which cuBLASLt keeps: with beta = 0, C is not read (it may hold NaN)
+            self.c[...] = self.a @ self.b + (self.beta * self.c if self.beta else 0)
             log.append("lt")
             return self.c
 
@@ -240,3 +241,49 @@ def test_cublaslt_is_imported_at_the_first_shape_to_plan_and_only_then(monkeypat
     np.testing.assert_allclose(c, want, rtol=1e-13)
     (row,) = plans.rows()
     assert row["library"] == "gemmex" and row["note"].startswith("nvmath-python does not import")
+
+
+@pytest.mark.parametrize("panel", [2, 3, 8])
+def test_an_engine_whose_gemms_are_planned_multiplies_right(panel):
+    """A whole product through the engine's steps (beta 0 first, then beta 1), each new shape planned in
+    passing by the stand-in cuBLASLt that wins every comparison: C is right in the first product, which
+    plans, and in the second, which only runs the plans."""
+    from mpi4py import MPI
+
+    from hpcmm.backend import CpuBackend
+    from hpcmm.engine import Engine
+    from hpcmm.inputs import generate_block
+    from hpcmm.layout import Grid, Layout
+    from hpcmm.topology import Topology
+
+    class Planned(CpuBackend):
+        def __init__(self):
+            super().__init__()
+            self.plans = GemmPlans("auto", lambda a, b, c, acc, stream, tf32: CpuBackend.gemm(self, a, b, c, acc),
+                                   timer_favouring("cublaslt", 0.5), advanced=fake_advanced())
+
+        def gemm(self, a, b, c, accumulate, stream=None, tf32=False):
+            self.plans(a, b, c, accumulate, Stream(), tf32)
+
+        def gemm_rows(self):
+            return self.plans.rows()
+
+    m, n, k = 13, 7, 9
+    backend = Planned()
+    topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
+    engine = None
+    try:
+        engine = Engine(topo, backend, Layout(m, n, k, Grid(1, 1)), RunConfig(panel=panel, prefetch=1), False)
+        a = generate_block(3, "A", (m, k), (0, m), (0, k), np.float64)
+        b = generate_block(3, "B", (k, n), (0, k), (0, n), np.float64)
+        engine.load(a, b)
+        for _ in range(2):
+            engine.multiply()
+            np.testing.assert_allclose(backend.to_host(engine.C), a @ b, rtol=1e-12, atol=1e-12)
+        rows = backend.gemm_rows()
+        assert rows and all(r["library"] == "cublaslt" for r in rows)
+        assert {r["beta"] for r in rows} == ({0, 1} if len(engine.plan) > 1 else {0})
+    finally:
+        if engine is not None:
+            engine.close()
+        topo.close()
