@@ -14,8 +14,9 @@ re-layout kernel runs beside the GEMM (:mod:`hpcmm.gemm_orders`), which the comp
 So under ``HPCMM_GEMM_LIBRARY=auto`` (the default; it acts where nvmath-python imports) every new
 float64 or float32 shape (:data:`PLANNED_KINDS`; extents, strides, ``beta``) a rank multiplies is
 planned once, on its own operands: the cuBLASLt plan is autotuned, then both libraries are timed in
-turns and the faster is kept, cuBLASLt only where it is faster by more than :data:`MARGIN`.  ``C`` is
-saved before and restored after, so a product planned in passing is still exact.  tf32 and the other
+turns and the faster is kept, cuBLASLt only where it is faster by more than :data:`MARGIN`; a shape
+whose one GEMM takes over :data:`PLAN_LIMIT_SECONDS` is not planned.  ``C`` is saved before and
+restored after, so a product planned in passing is still exact.  tf32 and the other
 types keep ``cublasGemmEx`` (their rows say so); ``gemmex`` keeps it for every shape.  What was chosen,
 and the times it was chosen by, go to ``/timings/gemms`` (:meth:`GemmPlans.rows`).
 
@@ -30,7 +31,7 @@ import math
 import statistics
 from collections.abc import Callable
 
-__all__ = ["LIBRARIES", "MARGIN", "PLANNED_KINDS", "GemmPlans", "libraries_used", "pick"]
+__all__ = ["LIBRARIES", "MARGIN", "PLAN_LIMIT_SECONDS", "PLANNED_KINDS", "GemmPlans", "libraries_used", "pick"]
 
 #: ``HPCMM_GEMM_LIBRARY``'s values.
 LIBRARIES = ("auto", "gemmex")
@@ -41,6 +42,10 @@ MARGIN = 0.01
 #: iterations per candidate of cuBLASLt's autotune.
 ROUNDS = 3
 AUTOTUNE_ITERATIONS = 3
+#: A shape whose one GEMM takes longer than this is not planned: planning runs some 30 of them (the
+#: autotune's candidates and the comparison), and the measured gains were on shapes of milliseconds
+#: (float32 16384×32768×8192, 0.16 s, gained nothing; 32768³ on one GPU would cost some 40 s).
+PLAN_LIMIT_SECONDS = 0.1
 #: The kinds of GEMM (type, or ``tf32``) that ``auto`` plans: where cuBLASLt's choice gained in products
 #: (the module's measurements); complex types were not measured.
 PLANNED_KINDS = ("float64", "float32")
@@ -164,19 +169,27 @@ class GemmPlans:
             row["note"] = self.unavailable
             return _Plan("gemmex", row)
         saved = matmul = None
+        library = "gemmex"
         try:
             with stream:
                 saved = c.copy()
+
+            def ex():
+                self._gemmex(a, b, c, accumulate, stream, tf32)
+
+            ex()  # untimed: first-call costs stay out of every timing
+            once = self._timer(ex, stream)
+            if once > PLAN_LIMIT_SECONDS:
+                row.update(gemmex_seconds=float(once), note=f"not planned: one GEMM takes {once:.3f} s, "
+                                                            f"over {PLAN_LIMIT_SECONDS} s (hpcmm.gemm_library)")
+                return _Plan("gemmex", row)
             matmul = self._matmul(a, b, c, accumulate, stream, tf32)
 
             def lt():
                 matmul.execute(stream=stream)
 
-            def ex():
-                self._gemmex(a, b, c, accumulate, stream, tf32)
-
             times = {"gemmex": [], "cublaslt": []}
-            lt(), ex()  # each once untimed: first-call costs stay out of the comparison
+            lt()  # untimed, as GemmEx's first call was
             for r in range(ROUNDS):
                 for name in (("gemmex", "cublaslt") if r % 2 == 0 else ("cublaslt", "gemmex")):
                     times[name].append(self._timer(ex if name == "gemmex" else lt, stream))

@@ -190,6 +190,12 @@ MUTATIONS = {
         "                             iters=config.iters)",
         ["tests/test_bench.py"],
     ),
+    "gemm library: long shapes planned too": (
+        "hpcmm/gemm_library.py",
+        "            if once > PLAN_LIMIT_SECONDS:",
+        "            if False:",
+        ["tests/test_gemm_library.py"],
+    ),
 }
 
 

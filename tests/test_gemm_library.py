@@ -72,11 +72,11 @@ def numpy_gemmex(log):
     return gemmex
 
 
-def timer_favouring(winner: str, ratio: float):
-    """A timer that says the product of ``winner`` takes ``ratio`` of the other's time."""
+def timer_favouring(winner: str, ratio: float, seconds: float = 0.01):
+    """A timer that says the product of ``winner`` takes ``ratio`` of the other's ``seconds``."""
     def timer(product, stream):
         product()
-        return ratio if (winner == "cublaslt") == ("execute" in product.__code__.co_names) else 1.0
+        return seconds * (ratio if (winner == "cublaslt") == ("execute" in product.__code__.co_names) else 1.0)
     return timer
 
 
@@ -118,7 +118,9 @@ def test_the_comparison_alternates_and_a_new_shape_is_planned_again():
     plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5), advanced=fake_advanced(log=log))
     plans(*operands(rng), True, Stream(), False)
     runs = [x for x in log if isinstance(x, str)]
-    # autotune's runs, one untimed run of each, ROUNDS rounds alternating who goes first, then the call's product
+    # GemmEx untimed and timed once (the shape is short enough to plan), autotune's runs, cuBLASLt once
+    # untimed, ROUNDS rounds alternating who goes first, then the call's own product
+    assert runs[:2] == ["ex", "ex"] and runs[-2 - 2 * ROUNDS] == "lt"
     assert runs[-1 - 2 * ROUNDS:] == (["ex", "lt", "lt", "ex"] * ROUNDS)[: 2 * ROUNDS] + ["lt"]
     plans(*operands(rng, m=9), True, Stream(), False)
     plans(*operands(rng), False, Stream(), False)  # beta 0 is a shape of its own
@@ -287,3 +289,22 @@ def test_an_engine_whose_gemms_are_planned_multiplies_right(panel):
         if engine is not None:
             engine.close()
         topo.close()
+
+
+def test_a_shape_whose_gemm_is_long_is_not_planned():
+    """One GEMM over PLAN_LIMIT_SECONDS: planning would run some 30 of them for gains measured on shapes of
+    milliseconds, so the shape keeps GemmEx, says why, and C holds one product."""
+    from hpcmm.gemm_library import PLAN_LIMIT_SECONDS
+
+    rng = np.random.default_rng(11)
+    log = []
+    plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5, seconds=2 * PLAN_LIMIT_SECONDS),
+                      advanced=fake_advanced(log=log))
+    a, b, c = operands(rng)
+    want = a @ b + c
+    plans(a, b, c, True, Stream(), False)
+    np.testing.assert_allclose(c, want, rtol=1e-13)
+    (row,) = plans.rows()
+    assert row["library"] == "gemmex" and row["note"].startswith("not planned: one GEMM takes 0.200 s")
+    assert row["gemmex_seconds"] == 2 * PLAN_LIMIT_SECONDS and math.isnan(row["cublaslt_seconds"])
+    assert log == ["ex", "ex", "ex"]  # untimed, timed, then the call's product: no cuBLASLt plan at all
