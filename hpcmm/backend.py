@@ -267,8 +267,9 @@ class Backend(abc.ABC):
         at least the extent (:func:`orders`).
         """
 
-    def use_gemm_library(self, mode: str) -> None:
-        """Which library runs the local GEMMs (:mod:`hpcmm.gemm_library`); only GPUs have a choice."""
+    def use_gemm_library(self, mode: str, sharers: int = 1) -> None:
+        """Which library runs the local GEMMs (:mod:`hpcmm.gemm_library`), with ``sharers`` ranks on this
+        device; only GPUs have a choice."""
 
     def gemm_rows(self) -> list[dict]:
         """The GEMM shapes planned so far and the library each got (``/timings/gemms``); none on a CPU."""
@@ -601,12 +602,12 @@ class GpuBackend(Backend):
                 self._transpose = self.cupy.RawModule(code=_TRANSPOSE_SOURCE)
         return self._transpose.get_function(f"transpose{itemsize}")
 
-    def use_gemm_library(self, mode: str) -> None:
+    def use_gemm_library(self, mode: str, sharers: int = 1) -> None:
         from .gemm_library import GemmPlans  # noqa: PLC0415
 
         if self._gemm_plans is not None:
             self._gemm_plans.close()
-        self._gemm_plans = GemmPlans(mode, self._gemm_ex, self._event_seconds)
+        self._gemm_plans = GemmPlans(mode, self._gemm_ex, self._event_seconds, sharers=sharers)
 
     def gemm_rows(self) -> list[dict]:
         return [] if self._gemm_plans is None else self._gemm_plans.rows()

@@ -17,7 +17,8 @@ planned once, on its own operands: the cuBLASLt plan is autotuned, then both lib
 turns and the faster is kept, cuBLASLt only where it is faster by more than :data:`MARGIN`; a shape
 whose one GEMM takes over :data:`PLAN_LIMIT_SECONDS` is not planned.  ``C`` is saved before and
 restored after, so a product planned in passing is still exact.  tf32 and the other
-types keep ``cublasGemmEx`` (their rows say so); ``gemmex`` keeps it for every shape.  What was chosen,
+types keep ``cublasGemmEx`` (their rows say so), and so does a rank whose GPU other ranks share (no
+comparison can time one rank's GEMM alone there); ``gemmex`` keeps it for every shape.  What was chosen,
 and the times it was chosen by, go to ``/timings/gemms`` (:meth:`GemmPlans.rows`).
 
 Where nvmath-python is missing, a shape cannot be planned (the device memory for the copy of ``C``,
@@ -106,9 +107,14 @@ class GemmPlans:
         that a run with nothing to plan never loads it).
     on_gpu : bool
         cuBLASLt runs on GPUs only.
+    sharers : int
+        Ranks on this rank's GPU (this one included).  Where several share it, nothing is planned: their
+        kernels run between or beside the comparison's (time-sliced, or together under MPS), so its
+        timings would be of them too, and every sharer would autotune at once.
     """
 
-    def __init__(self, mode: str, gemmex: Callable, timer: Callable, advanced=None, on_gpu: bool = True) -> None:
+    def __init__(self, mode: str, gemmex: Callable, timer: Callable, advanced=None, on_gpu: bool = True,
+                 sharers: int = 1) -> None:
         if mode not in LIBRARIES:
             raise ValueError(f"gemm library {mode!r}: expected one of {', '.join(LIBRARIES)}")
         self.mode = mode
@@ -120,6 +126,8 @@ class GemmPlans:
             self.unavailable = "HPCMM_GEMM_LIBRARY=gemmex"
         elif not on_gpu:
             self.unavailable = "not on a GPU"
+        elif sharers > 1:
+            self.unavailable = f"{sharers} ranks share this GPU: the comparison would time their kernels too"
 
     def _cublaslt(self):
         """``nvmath.linalg.advanced``, imported on first need; ``None`` (and :attr:`unavailable` says why)."""

@@ -1336,7 +1336,8 @@ def measure_main(ns, comm) -> int:
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     backend = make_backend("auto", node.Get_rank(), node.Get_size())
     # the GEMM library a run would use (HPCMM_GEMM_LIBRARY), so that the rates are the runs' rates
-    backend.use_gemm_library(settings_from_environment().get("gemm_library", "auto"))
+    backend.use_gemm_library(settings_from_environment().get("gemm_library", "auto"),
+                             sharers=node.allgather(backend.device_id).count(backend.device_id))
     try:
         dtypes = (ns.dtypes or "float64,float32").split(",")
         for t in dtypes:

@@ -51,9 +51,11 @@ def placement(comm: MPI.Comm, config: RunConfig) -> Iterator[tuple[Topology, Bac
     try:
         with collective(topo.comm):
             backend = make_backend(config.device, topo.local_rank, topo.local_size)
-            backend.use_gemm_library(config.gemm_library)
         if len(set(topo.comm.allgather(backend.on_gpu))) > 1:
             agree(topo.comm, InputError(f"{config.origin('device')}={config.device}: some ranks found a GPU and some did not"))
+        # the GEMM library plans only where a rank has its GPU alone (hpcmm.gemm_library)
+        backend.use_gemm_library(config.gemm_library,
+                                 sharers=topo.node_comm.allgather(backend.device_id).count(backend.device_id))
         yield topo, backend
     except BaseException as exc:
         error = exc

@@ -308,3 +308,19 @@ def test_a_shape_whose_gemm_is_long_is_not_planned():
     assert row["library"] == "gemmex" and row["note"].startswith("not planned: one GEMM takes 0.200 s")
     assert row["gemmex_seconds"] == 2 * PLAN_LIMIT_SECONDS and math.isnan(row["cublaslt_seconds"])
     assert log == ["ex", "ex", "ex"]  # untimed, timed, then the call's product: no cuBLASLt plan at all
+
+
+def test_a_rank_whose_gpu_others_share_plans_nothing():
+    """Several ranks on one GPU: their kernels run between or beside the comparison's, and all would
+    autotune at once; every shape keeps GemmEx and says why."""
+    rng = np.random.default_rng(12)
+    log = []
+    plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5), advanced=fake_advanced(log=log),
+                      sharers=4)
+    a, b, c = operands(rng)
+    want = a @ b + c
+    plans(a, b, c, True, Stream(), False)
+    np.testing.assert_allclose(c, want, rtol=1e-13)
+    (row,) = plans.rows()
+    assert row["library"] == "gemmex" and row["note"].startswith("4 ranks share this GPU")
+    assert log == ["ex"]
