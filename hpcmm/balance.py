@@ -55,6 +55,7 @@ __all__ = [
     "Balance",
     "Device",
     "device_of",
+    "ranks_on_my_device",
     "equal_weights",
     "gather_balance",
     "gemm_rate",
@@ -115,6 +116,15 @@ def ranks_per_device(devices: Sequence[Hashable]) -> tuple[int, ...]:
     keys = _keys(devices)
     counts = Counter(keys)
     return tuple(counts[k] for k in keys)
+
+
+def ranks_on_my_device(comm, backend, host: str) -> int:
+    """Collective over ``comm``: how many of its ranks (this one included) share this rank's device.
+
+    The device is told by :func:`device_of` (its UUID where the GPU reports one), so ranks that see
+    one GPU under different indices count together.
+    """
+    return ranks_per_device(comm.allgather(device_of(backend, host)))[comm.Get_rank()]
 
 
 def share_weights(devices: Sequence[Hashable]) -> tuple[float, ...]:

@@ -1326,6 +1326,7 @@ def measure_main(ns, comm) -> int:
     """Collective: a GEMM sweep on every rank at once (ranks that share a device share it, as in a run),
     plus the links of a ``bench transport`` file; rank 0 fits and saves a description."""
     from .backend import make_backend  # noqa: PLC0415
+    from .balance import ranks_on_my_device  # noqa: PLC0415
     from .config import settings_from_environment  # noqa: PLC0415
 
     if not ns.save:
@@ -1337,7 +1338,7 @@ def measure_main(ns, comm) -> int:
     backend = make_backend("auto", node.Get_rank(), node.Get_size())
     # the GEMM library a run would use (HPCMM_GEMM_LIBRARY), so that the rates are the runs' rates
     backend.use_gemm_library(settings_from_environment().get("gemm_library", "auto"),
-                             sharers=node.allgather(backend.device_id).count(backend.device_id))
+                             sharers=ranks_on_my_device(node, backend, MPI.Get_processor_name()))
     try:
         dtypes = (ns.dtypes or "float64,float32").split(",")
         for t in dtypes:

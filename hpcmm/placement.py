@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from mpi4py import MPI
 
 from .backend import Backend, make_backend
+from .balance import ranks_on_my_device
 from .config import RunConfig
 from .errors import InputError, agree, collective, raised_everywhere
 from .layout import Grid
@@ -54,8 +55,7 @@ def placement(comm: MPI.Comm, config: RunConfig) -> Iterator[tuple[Topology, Bac
         if len(set(topo.comm.allgather(backend.on_gpu))) > 1:
             agree(topo.comm, InputError(f"{config.origin('device')}={config.device}: some ranks found a GPU and some did not"))
         # the GEMM library plans only where a rank has its GPU alone (hpcmm.gemm_library)
-        backend.use_gemm_library(config.gemm_library,
-                                 sharers=topo.node_comm.allgather(backend.device_id).count(backend.device_id))
+        backend.use_gemm_library(config.gemm_library, sharers=ranks_on_my_device(topo.node_comm, backend, topo.host))
         yield topo, backend
     except BaseException as exc:
         error = exc

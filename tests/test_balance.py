@@ -229,3 +229,13 @@ def test_product_weights_are_share_first_then_the_rates():
     assert math.isnan(product_rate(0.0, 1.0)) and math.isnan(product_rate(1e9, 0.0))
     with pytest.raises(ValueError, match="rank 1 measured a GEMM rate of nan"):
         weights_for("product", ["a", "b"], [1e12, product_rate(0.0, 0.0)])
+
+
+def test_ranks_on_my_device_counts_this_rank():
+    """The count the GEMM library is told (hpcmm.placement): one rank alone on its device is 1."""
+    from mpi4py import MPI
+
+    from hpcmm.backend import CpuBackend
+    from hpcmm.balance import ranks_on_my_device
+
+    assert ranks_on_my_device(MPI.COMM_SELF, CpuBackend(), "node0") == 1

@@ -87,6 +87,18 @@ def operands(rng, m=7, n=5, w=3):
     return a, b, c
 
 
+def kept_on_gemmex(plans, rng, why: str) -> dict:
+    """One C += A·B of a new shape through ``plans``: C holds one product, and the shape's row says GemmEx
+    and, first thing in its note, ``why``.  Returns the row."""
+    a, b, c = operands(rng)
+    want = a @ b + c
+    plans(a, b, c, True, Stream(), False)
+    np.testing.assert_allclose(c, want, rtol=1e-13)
+    (row,) = plans.rows()
+    assert row["library"] == "gemmex" and row["note"].startswith(why), row
+    return row
+
+
 @pytest.mark.parametrize("accumulate", [True, False])
 @pytest.mark.parametrize("winner, ratio, chosen", [("cublaslt", 0.9, "cublaslt"), ("cublaslt", 1 - MARGIN / 2, "gemmex"),
                                                   ("gemmex", 0.9, "gemmex")])
@@ -133,25 +145,19 @@ def test_a_shape_cublaslt_refuses_keeps_gemmex_and_says_why(fail):
     log = []
     plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5),
                       advanced=fake_advanced(fail=fail, log=log))
-    a, b, c = operands(rng)
-    want = a @ b + c
-    plans(a, b, c, True, Stream(), False)
-    np.testing.assert_allclose(c, want, rtol=1e-13)  # an autotune that ran products before it failed left no trace
-    (row,) = plans.rows()
-    assert row["library"] == "gemmex" and "cuBLASLt not planned" in row["note"] and math.isnan(row["cublaslt_seconds"])
+    # C exact: an autotune that ran products before it failed left no trace
+    row = kept_on_gemmex(plans, rng, "cuBLASLt not planned")
+    assert math.isnan(row["cublaslt_seconds"])
     matmuls = [x for x in log if not isinstance(x, str)]
     assert all(m.freed for m in matmuls)
 
 
 def test_gemmex_mode_and_cpus_never_plan():
     rng = np.random.default_rng(8)
-    for plans, why in [(GemmPlans("gemmex", numpy_gemmex([]), None, advanced=fake_advanced()), "gemmex"),
+    for plans, why in [(GemmPlans("gemmex", numpy_gemmex([]), None, advanced=fake_advanced()),
+                        "HPCMM_GEMM_LIBRARY=gemmex"),
                        (GemmPlans("auto", numpy_gemmex([]), None, on_gpu=False), "not on a GPU")]:
-        a, b, c = operands(rng)
-        want = a @ b + c
-        plans(a, b, c, True, Stream(), False)
-        np.testing.assert_allclose(c, want, rtol=1e-13)
-        assert plans.rows()[0]["library"] == "gemmex" and why in plans.rows()[0]["note"]
+        kept_on_gemmex(plans, rng, why)
     with pytest.raises(ValueError, match="cublas"):
         GemmPlans("cublas", numpy_gemmex([]), None)
 
@@ -237,12 +243,7 @@ def test_cublaslt_is_imported_at_the_first_shape_to_plan_and_only_then(monkeypat
 
     monkeypatch.setitem(sys.modules, "nvmath.linalg", None)  # not installed: the import fails
     plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5))
-    a, b, c = operands(rng)
-    want = a @ b + c
-    plans(a, b, c, True, Stream(), False)
-    np.testing.assert_allclose(c, want, rtol=1e-13)
-    (row,) = plans.rows()
-    assert row["library"] == "gemmex" and row["note"].startswith("nvmath-python does not import")
+    kept_on_gemmex(plans, rng, "nvmath-python does not import")
 
 
 @pytest.mark.parametrize("panel", [2, 3, 8])
@@ -300,12 +301,7 @@ def test_a_shape_whose_gemm_is_long_is_not_planned():
     log = []
     plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5, seconds=2 * PLAN_LIMIT_SECONDS),
                       advanced=fake_advanced(log=log))
-    a, b, c = operands(rng)
-    want = a @ b + c
-    plans(a, b, c, True, Stream(), False)
-    np.testing.assert_allclose(c, want, rtol=1e-13)
-    (row,) = plans.rows()
-    assert row["library"] == "gemmex" and row["note"].startswith("not planned: one GEMM takes 0.200 s")
+    row = kept_on_gemmex(plans, rng, "not planned: one GEMM takes 0.200 s")
     assert row["gemmex_seconds"] == 2 * PLAN_LIMIT_SECONDS and math.isnan(row["cublaslt_seconds"])
     assert log == ["ex", "ex", "ex"]  # untimed, timed, then the call's product: no cuBLASLt plan at all
 
@@ -317,10 +313,5 @@ def test_a_rank_whose_gpu_others_share_plans_nothing():
     log = []
     plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5), advanced=fake_advanced(log=log),
                       sharers=4)
-    a, b, c = operands(rng)
-    want = a @ b + c
-    plans(a, b, c, True, Stream(), False)
-    np.testing.assert_allclose(c, want, rtol=1e-13)
-    (row,) = plans.rows()
-    assert row["library"] == "gemmex" and row["note"].startswith("4 ranks share this GPU")
+    kept_on_gemmex(plans, rng, "4 ranks share this GPU")
     assert log == ["ex"]
