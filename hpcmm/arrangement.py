@@ -14,7 +14,8 @@ the problem its shape:
 
 When every weight is equal (``--balance none``; ``share`` with one rank per
 GPU, or ranks that share one host's CPU) nothing moves: the grid is the one
-chosen without weights (``--grid`` or ``MPI.Compute_dims``), the ranks keep
+chosen without weights (``--grid``, or ``MPI.Compute_dims`` turned the way
+:mod:`hpcmm.grid_orientation` says for the type), the ranks keep
 their launch order and the blocks are the near-equal ones.  Otherwise the
 ranks may take other grid positions: the run then works on a communicator of
 the same ranks in the fit's order (:func:`hpcmm.placement.arranged`), so
@@ -22,9 +23,10 @@ every rank number in the results is a grid-order rank, and ``/config``
 ``grid_order`` maps it back to the launch rank.
 
 Worked example: 3 ranks on 2 GPUs, ranks 0 and 2 on GPU 0.  ``share`` gives
-weights ½, 1, ½; the usual grid, 3 × 1, balances them in launch order (rows
-in proportion ¼, ½, ¼), so nothing moves.  With 6 ranks on 4 GPUs (ranks 0, 4
-on GPU 0 and 1, 5 on GPU 1) the usual 3 × 2 holds the weights
+weights ½, 1, ½; the usual grid, 3 × 1 (1 × 3 for float64 on GPUs: columns
+instead of rows), balances them in launch order (rows in proportion ¼, ½, ¼),
+so nothing moves.  With 6 ranks on 4 GPUs (ranks 0, 4 on GPU 0 and 1, 5 on
+GPU 1) the wide 3 × 2 holds the weights
 ``[[½, ½], [1, 1], [½, ½]]``, an outer product, and keeps launch order too;
 ``--grid 2x3`` takes the order ``(2, 0, 4, 3, 1, 5)``, whole GPUs in its first
 column.
@@ -36,6 +38,7 @@ import dataclasses
 
 from .balance import Balance, gather_balance
 from .errors import collective
+from .grid_orientation import facing
 from .layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid
 from .mps import MpsState, detect, shared_without_mps, sharing_hint
 from .topology import choose_grid
@@ -131,7 +134,7 @@ class Arrangement:
                 **{f"block_{axis}": list(sizes[axis]) for axis in ("rows", "cols", "a_k", "b_k")}}
 
 
-def arrange(comm, host: str, backend, config, shape: tuple[int, int, int]) -> Arrangement:
+def arrange(comm, host: str, backend, config, shape: tuple[int, int, int], nodes: int = 1) -> Arrangement:
     """Collective over ``comm`` (launch order): weights, MPS states and the grid of one run.
 
     Parameters
@@ -143,9 +146,12 @@ def arrange(comm, host: str, backend, config, shape: tuple[int, int, int]) -> Ar
     backend : hpcmm.backend.Backend
         This rank's backend, its device chosen.
     config : RunConfig
-        ``balance``, ``grid`` (kept when given), ``dtype`` and ``tf32``.
+        ``balance``, ``grid`` (kept when given), ``grid_orientation``, ``dtype`` and ``tf32``.
     shape : (int, int, int)
         ``m``, ``n``, ``k`` of the product.
+    nodes : int
+        The run's (virtual) nodes: the default grid's face depends on it
+        (:func:`hpcmm.grid_orientation.facing`).
 
     Raises
     ------
@@ -157,11 +163,12 @@ def arrange(comm, host: str, backend, config, shape: tuple[int, int, int]) -> Ar
         state = detect(backend.device_id if backend.on_gpu else None)
     states = tuple(comm.allgather(state))
     with collective(comm):  # the same inputs everywhere, so the same verdict
-        return arrangement_for(balance, states, shape, config.grid, backend.on_gpu)
+        face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, nodes)
+        return arrangement_for(balance, states, shape, config.grid, backend.on_gpu, face)
 
 
 def arrangement_for(balance: Balance, mps: tuple[MpsState, ...], shape: tuple[int, int, int],
-                    grid: tuple[int, int] | None = None, on_gpu: bool = True) -> Arrangement:
+                    grid: tuple[int, int] | None = None, on_gpu: bool = True, face: str = "wide") -> Arrangement:
     """The arrangement of ranks with these weights and MPS states (pure: what :func:`arrange` decides).
 
     Parameters
@@ -176,9 +183,11 @@ def arrangement_for(balance: Balance, mps: tuple[MpsState, ...], shape: tuple[in
         ``--grid``: its shape is kept.
     on_gpu : bool
         Whether the ranks compute on GPUs.
+    face : str
+        Which way the grid faces where ``grid`` is not given (:func:`hpcmm.grid_orientation.facing`).
     """
     size = len(balance.weights)
-    usual = choose_grid(size, grid)
+    usual = choose_grid(size, grid, face)
     weighted = len(set(balance.weights)) > 1
     if not weighted:
         return Arrangement(balance, tuple(mps), usual, tuple(range(size)), False, on_gpu)

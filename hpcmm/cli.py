@@ -125,7 +125,8 @@ def _add_placement_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", choices=DEVICES, help=f"where to compute; auto: the GPU if cupy sees one "
                    f"{_default('device')}")
     g.add_argument("--grid", type=_argtype(parse_grid), metavar="PRxPC",
-                   help="process grid (default: the most square grid, MPI.Compute_dims)")
+                   help="process grid (default: the most square grid, MPI.Compute_dims; rows <= cols for float64 "
+                        "on GPUs, HPCMM_GRID_ORIENTATION)")
     g.add_argument("--ranks-per-node", type=_int("--ranks-per-node"), metavar="R",
                    help="treat each group of R ranks of a machine as a separate node (default: real nodes)")
     g.add_argument("--cuda-aware-mpi", choices=TRISTATE,

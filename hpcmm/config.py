@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 
 from .errors import InputError
 from .gemm_library import LIBRARIES as GEMM_LIBRARIES
+from .grid_orientation import ORIENTATIONS as GRID_ORIENTATIONS
 from .gemm_orders import AUTO as GEMM_ORDER_AUTO
 from .gemm_orders import ORDERS as GEMM_ORDERS
 from .gemm_orders import parse_order
@@ -232,6 +233,11 @@ ENVIRONMENT: dict[str, EnvSetting] = {
         "auto (per GEMM shape, cuBLASLt's autotuned algorithm where it is faster; GPUs with nvmath-python) "
         "or gemmex (cublasGemmEx for every shape)",
     ),
+    "HPCMM_GRID_ORIENTATION": EnvSetting(
+        "grid_orientation", _choice("HPCMM_GRID_ORIENTATION", GRID_ORIENTATIONS),
+        "auto (per type: float64 on GPUs faces tall, each rank's C block taller than wide), wide "
+        "(MPI.Compute_dims, rows >= cols) or tall (rows <= cols); --grid overrides it",
+    ),
     "HPCMM_GEMM_ORDER": EnvSetting(
         "gemm_order", lambda t: parse_order("HPCMM_GEMM_ORDER", t),
         "the GEMM's operand orders, A's then B's (FC, CC, CF, FF; auto: hpcmm.gemm_orders' table)",
@@ -308,6 +314,8 @@ class RunConfig:
     step_order: str = "auto"
     #: The library of the local GEMMs (:mod:`hpcmm.gemm_library`): ``auto`` (per shape, measured) or ``gemmex``.
     gemm_library: str = "auto"
+    #: Which way the default grid faces (:mod:`hpcmm.grid_orientation`): ``auto`` (by type), ``wide`` or ``tall``.
+    grid_orientation: str = "auto"
     #: ``summa``, ``2.5d`` (the layer count the cost model finds fastest), ``2.5d:C`` or ``auto``.
     algo: str = "summa"
     #: Machine description for ``--algo auto`` and ``2.5d`` (a built-in name or a JSON file; ``None``: the model's default).
@@ -348,6 +356,9 @@ class RunConfig:
                              f"{', '.join(GEMM_ORDERS)}")
         if self.gemm_library not in GEMM_LIBRARIES:
             raise InputError(f"HPCMM_GEMM_LIBRARY={self.gemm_library!r}: expected one of {', '.join(GEMM_LIBRARIES)}")
+        if self.grid_orientation not in GRID_ORIENTATIONS:
+            raise InputError(f"HPCMM_GRID_ORIENTATION={self.grid_orientation!r}: expected one of "
+                             f"{', '.join(GRID_ORIENTATIONS)}")
         if self.step_order not in STEP_ORDERS:
             raise InputError(f"HPCMM_STEP_ORDER={self.step_order!r}: expected one of {', '.join(STEP_ORDERS)}")
         algo = parse_algo(self.algo, self.origin("algo"))

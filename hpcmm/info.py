@@ -6,6 +6,7 @@ from mpi4py import MPI
 
 from .config import RunConfig
 from .errors import collective
+from .grid_orientation import facing, oriented
 from .metadata import parallel_hdf5, topology_row, versions
 from .mps import detect
 from .placement import placement
@@ -64,6 +65,18 @@ def _mps_line(ranks: int, states: list) -> str:
     return f"{ranks} rank(s), {verdict} ({'; '.join(details)})"
 
 
+def _turned_note(config: RunConfig, facts: dict) -> str:
+    """Where a run's default grid faces otherwise than the one shown (float64 on GPUs of one node)."""
+    on_gpu = any(r["gpu_index"] >= 0 for r in facts["rows"])
+    if config.grid is not None:
+        return ""
+    rows, cols = (int(x) for x in facts["grid"].split("x"))
+    turned = {kind: oriented(rows, cols, facing(config.grid_orientation, kind, on_gpu=on_gpu, nodes=facts["nodes"]))
+              for kind in ("float64", "float32")}
+    notes = [f"{kind} runs take {grid}" for kind, grid in turned.items() if (grid.rows, grid.cols) != (rows, cols)]
+    return f"; {', '.join(notes)} (HPCMM_GRID_ORIENTATION={config.grid_orientation})" if notes else ""
+
+
 def info_main(config: RunConfig, comm: MPI.Comm) -> int:
     facts = gather_info(config, comm)
     if facts is None:
@@ -75,7 +88,7 @@ def info_main(config: RunConfig, comm: MPI.Comm) -> int:
               f"{r['grid_row']},{r['grid_col']:<3}  {dev}")
     v = facts["versions"]
     aware = facts["cuda_aware"]
-    print(f"process grid       {facts['grid']} ({facts['nodes']} node(s))")
+    print(f"process grid       {facts['grid']} ({facts['nodes']} node(s)){_turned_note(config, facts)}")
     print(f"MPI library        {v['mpi_library']} (MPI {v['mpi_standard']}, mpi4py {v['mpi4py']})")
     print(f"CUDA-aware MPI     {'yes' if aware.aware else 'no'}: {aware.reason}")
     print(f"cupy / CUDA        {v['cupy'] or 'not installed'} / runtime {v['cuda_runtime'] or '-'}, "

@@ -54,6 +54,7 @@ import numpy as np
 from .algorithms import panel_candidates, rank_plan, ring_depth
 from .errors import InputError
 from .gemm_orders import gemm_order, scratch_slots
+from .grid_orientation import facing, oriented
 from .layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid, padded
 from .summary import product_flops
 
@@ -503,7 +504,8 @@ class Prediction:
 def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: int | None = None,
             ranks_per_host: int | None = None, grid: tuple[int, int] | None = None,
             panel: int | None = None, prefetch: int = 1, algo: str = "summa",
-            cuda_aware: bool | None = None, step_order: str = "auto", balance: str = "share") -> Prediction:
+            cuda_aware: bool | None = None, step_order: str = "auto", balance: str = "share",
+            orientation: str = "auto") -> Prediction:
     """Predict one product.  See the module docstring for what is modelled.
 
     Parameters
@@ -516,7 +518,7 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     ranks_per_host : int, optional
         Ranks on one physical host; default: one per device (all of them on a one-host machine).
     grid : (rows, cols), optional
-        Default :func:`compute_dims`.
+        Default :func:`compute_dims`, turned as the run turns it (``orientation``).
     panel : int, optional
         Default: the engine's choice (:func:`hpcmm.algorithms.auto_panel`, or a
         narrower :func:`~hpcmm.algorithms.panel_candidates` width where memory is short).
@@ -531,6 +533,9 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     balance : str
         ``share`` (the run's default: weighted blocks where ranks share devices
         unevenly) or ``none`` (equal blocks).
+    orientation : str
+        ``HPCMM_GRID_ORIENTATION``: which way the default grid faces (:mod:`hpcmm.grid_orientation`;
+        ``auto``: by type, as the run).
     """
     if balance not in ("share", "none"):
         raise InputError(f"balance={balance!r}: the model lays out share or none")
@@ -541,7 +546,7 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     if algo == "auto":
         options = [predict(problem, ranks, machine, ranks_per_node=ranks_per_node, ranks_per_host=ranks_per_host,
                            grid=grid, panel=panel, prefetch=prefetch, algo=a, cuda_aware=cuda_aware,
-                           step_order=step_order, balance=balance)
+                           step_order=step_order, balance=balance, orientation=orientation)
                    for a in _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host)]
         feasible = [p for p in options if math.isfinite(p.seconds)]
         return min(feasible or options, key=lambda p: p.seconds)
@@ -552,7 +557,7 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
         raise InputError(f"--algo={algo!r}: expected one of summa, split-relay, 2.5d, 2.5d:C, auto")
     return _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid, panel, prefetch, algo,
                      machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order,
-                     balance=balance)
+                     balance=balance, orientation=orientation)
 
 
 def _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host):
@@ -606,13 +611,14 @@ def _shared_layout(problem, grid: Grid, pl: Placement, on_gpu: bool, fixed_shape
 
 
 def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shape, panel, prefetch, algo,
-              cuda_aware, notes=(), step_order="auto", balance="share"):
-    grid = Grid(*(grid_shape or compute_dims(ranks)))
-    if grid.size != ranks:
-        raise InputError(f"--grid={grid}: {grid.size} ranks, not {ranks}")
+              cuda_aware, notes=(), step_order="auto", balance="share", orientation="auto"):
     on_gpu = machine.device == "gpu"
     isz = problem.itemsize
     pl = place(ranks, machine, ranks_per_node, ranks_per_host)
+    face = facing(orientation, problem.dtype, on_gpu=on_gpu, nodes=len(np.unique(pl.vnode)))
+    grid = Grid(*grid_shape) if grid_shape else oriented(*compute_dims(ranks), face)
+    if grid.size != ranks:
+        raise InputError(f"--grid={grid}: {grid.size} ranks, not {ranks}")
     layout = Layout(problem.m, problem.n, problem.k, grid)
     if balance == "share":
         layout, pl = _shared_layout(problem, grid, pl, on_gpu, fixed_shape=grid_shape is not None)
@@ -928,10 +934,10 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
                              nics_per_node=max(1, machine.nics_per_node // c))
     rpn = node // c
     sliced = _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn)
-    # 2.5D layers take near-equal blocks in launch order (hpcmm.run).
+    # 2.5D layers take near-equal blocks in launch order (hpcmm.run), each layer on MPI.Compute_dims's grid.
     pred = _simulate(sub, ranks // c, sliced, rpn, per_host // c, None, panel, prefetch, "summa",
                      machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order,
-                     balance="none")
+                     balance="none", orientation="wide")
     rows, cols = compute_dims(ranks // c)
     block = -(-problem.m // rows) * -(-problem.n // cols) * problem.itemsize
     reduce = 0.0

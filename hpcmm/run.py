@@ -75,7 +75,7 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
         nodes = node_ranks(launch)
         # On CPUs MPI moves the blocks' own (host) buffers: the model's "mpi" path, never "staged".
         choice = _choose(launch, config, shape, nodes, awareness.aware or not backend.on_gpu)
-        arrangement = arrange(launch.comm, launch.host, backend, config, shape)
+        arrangement = arrange(launch.comm, launch.host, backend, config, shape, launch.vnode_count)
         if arrangement.hint:  # ranks share a GPU without MPS
             say(arrangement.hint)
         if backend.on_gpu and not awareness.known and launch.vnode_count > 1:

@@ -20,13 +20,18 @@ from mpi4py import MPI
 
 from .config import RunConfig
 from .errors import InputError
+from .grid_orientation import oriented
 from .layout import Grid
 
 __all__ = ["Topology", "choose_grid"]
 
 
-def choose_grid(size: int, requested: tuple[int, int] | None) -> Grid:
-    """The process grid: ``requested`` if it fits ``size`` ranks, else ``MPI.Compute_dims``."""
+def choose_grid(size: int, requested: tuple[int, int] | None, face: str = "wide") -> Grid:
+    """The process grid: ``requested`` if it fits ``size`` ranks, else ``MPI.Compute_dims`` turned to ``face``.
+
+    ``face`` (:mod:`hpcmm.grid_orientation`): ``wide`` keeps ``MPI.Compute_dims``'s ``rows >= cols``,
+    ``tall`` turns it to ``rows <= cols``.
+    """
     if requested is not None:
         rows, cols = requested
         if rows * cols != size:
@@ -35,7 +40,7 @@ def choose_grid(size: int, requested: tuple[int, int] | None) -> Grid:
             )
         return Grid(rows, cols)
     rows, cols = MPI.Compute_dims(size, 2)
-    return Grid(rows, cols)
+    return oriented(rows, cols, face)
 
 
 @dataclasses.dataclass

@@ -201,6 +201,27 @@ def test_bad_gemm_order_exits_2_before_work(mpiexec, tmp_path):
     no_leftovers(tmp_path)
 
 
+@pytest.mark.parametrize("face,ranks,grid", [("tall", 2, "1x2"), ("tall", 3, "1x3"), ("wide", 3, "3x1"),
+                                              ("auto", 2, "2x1")])
+def test_grid_orientation_turns_the_default_grid(mpiexec, tmp_path, face, ranks, grid):
+    """HPCMM_GRID_ORIENTATION turns MPI.Compute_dims's grid (auto: wide on CPUs); the product stays exact."""
+    out = tmp_path / "turned.h5"
+    proc = hpcmm(mpiexec, ranks, "--m", "29", "--n", "17", "--k", "23", "--panel", "5", "--verify", "full",
+                 "--out", str(out), "--quiet", HPCMM_GRID_ORIENTATION=face)
+    assert proc.returncode == 0, proc.stdout
+    with h5py.File(out, "r") as f:
+        assert f["config"].attrs["grid"] == grid and f["config"].attrs["grid_orientation"] == face
+        assert bool(f["summary"].attrs["verified"])
+
+
+def test_bad_grid_orientation_exits_2_before_work(mpiexec, tmp_path):
+    out = tmp_path / "never.h5"
+    proc = hpcmm(mpiexec, 2, "--m", "8", "--out", str(out), HPCMM_GRID_ORIENTATION="square")
+    assert proc.returncode == 2, proc.stdout
+    assert "HPCMM_GRID_ORIENTATION='square': expected one of auto, wide, tall" in proc.stdout
+    assert not out.exists()
+
+
 def test_unknown_variable_exits_2(mpiexec, tmp_path):
     proc = hpcmm(mpiexec, 2, "--m", "8", "--out", str(tmp_path / "x.h5"), HPCMM_PANLE="4")
     assert proc.returncode == 2, proc.stdout

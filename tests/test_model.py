@@ -43,6 +43,7 @@ def test_steps_are_summa_plan(ranks, rpn, prefetch, shape):
     """The model walks the engine's own plan: same blocks, panel, ramp and steps."""
     from hpcmm.arrangement import arrangement_for
     from hpcmm.balance import Balance, ranks_per_device, weights_for
+    from hpcmm.grid_orientation import facing
     from hpcmm.mps import MpsState
 
     machine = builtin("h200x2")
@@ -51,7 +52,9 @@ def test_steps_are_summa_plan(ranks, rpn, prefetch, shape):
     devices = [r % 2 for r in range(ranks)]
     balance = Balance("share", weights_for("share", devices), tuple(devices), ranks_per_device(devices))
     idle = tuple(MpsState(False, "pipe", "/tmp/p", "not seen") for _ in devices)
-    layout = arrangement_for(balance, idle, shape, None, on_gpu=True).layout(*shape)
+    nodes = 1 if rpn is None or rpn >= ranks else -(-ranks // rpn)
+    face = facing("auto", "float64", on_gpu=True, nodes=nodes)  # the run turns float64's grid on one node
+    layout = arrangement_for(balance, idle, shape, None, on_gpu=True, face=face).layout(*shape)
     rows, cols = layout.grid.rows, layout.grid.cols
     panel = auto_panel(layout, 8, on_gpu=True, shared=ranks > 2)  # h200x2: more than 2 ranks share its GPUs
     if rpn is None or rpn >= ranks:  # one node: each rank's own order, as the engine takes it
@@ -382,7 +385,7 @@ def test_measured_cases_within_15_percent(kind, ranks, m, n, k, dtype, rpn, pane
     """The saved descriptions of 2026-11-29 predict each measured run within 15 %, except the
     staged runs listed open, which must stay off until the model learns what they show."""
     p = predict(Problem(m, n, k, dtype), ranks, _measured_machine(kind), ranks_per_node=rpn,
-                ranks_per_host=ranks, cuda_aware=kind == "cuda-aware", panel=panel)
+                ranks_per_host=ranks, cuda_aware=kind == "cuda-aware", panel=panel, orientation="wide")
     err = abs(p.seconds / seconds - 1)
     if kind == "system" and (ranks, m, rpn) in STAGED_OPEN:
         assert 0.15 < err < 0.35  # the table's "recomputed" rows; a change here must update it
@@ -524,7 +527,7 @@ def test_check_reads_the_step_order_and_the_balance_of_each_file(tmp_path):
     """A file of each rank's own order is predicted in it, an older file (no attribute) in the common
     order; a file of equal blocks (balance none, or none recorded) with equal blocks."""
     machine = builtin("h200x2")
-    kw = dict(ranks_per_host=2, panel=1024, cuda_aware=False)
+    kw = dict(ranks_per_host=2, panel=1024, cuda_aware=False, grid=model.compute_dims(2))  # the files' grid
     files = [_results_file(tmp_path / "own.h5", 4096, 4096, 4096, 2, 0.002, step_order_used="own-first",
                            balance="share"),
              _results_file(tmp_path / "old.h5", 4096, 4096, 4096, 2, 0.002)]
@@ -895,7 +898,7 @@ MEASURED_SWEEP_1130 = [
 def test_panel_sweep_within_15_percent(dtype, n, panel, seconds, plan_of_their_day):
     machine = _machine_1130("system-c")
     machine = machine.replace(gemm={**machine.gemm, "tf32": builtin("h200x2").gemm["tf32"]})
-    p = predict(Problem(n, n, n, dtype), 2, machine, panel=panel, ranks_per_host=2)
+    p = predict(Problem(n, n, n, dtype), 2, machine, panel=panel, ranks_per_host=2, orientation="wide")
     assert abs(p.seconds / seconds - 1) <= 0.15, (dtype, n, panel, p.seconds, seconds)
 
 
@@ -949,7 +952,7 @@ def test_own_order_runs_within_15_percent(index):
     """The model, walking each rank's own plan (or the common one), against the A/B runs."""
     ranks, n, dtype, panel, order, seconds = MEASURED_OWN_1130[index]
     p = predict(Problem(n, n, n, dtype), ranks, _machine_1130("system-d"), ranks_per_host=ranks, panel=panel,
-                step_order=order)
+                step_order=order, orientation="wide")  # those runs' grids: MPI.Compute_dims as it comes
     err = abs(p.seconds / seconds - 1)
     if index in OPEN_OWN_1130:
         assert 0.15 < err < 0.35, err  # a row that closes must leave OPEN_OWN_1130 (and docs/scaling.md)

@@ -17,11 +17,14 @@
 #   bash tests/gpu/speed_check.sh library   the GEMM library per shape (HPCMM_GEMM_LIBRARY): the cuBLASLt GPU tests, then
 #       2 ranks with gemmex and with auto, alternating (LIBRARY_CASES="SIZE:TYPE[:OPTION:VALUE...] ..."), each verified,
 #       with every rank's planned shapes; then bench under auto with cuBLASMp (LIBRARY_BENCH; peers kit)
+#   bash tests/gpu/speed_check.sh grid      which way the default grid faces (HPCMM_GRID_ORIENTATION): wide and tall,
+#       alternating, at 2 ranks (float64 4096-32768, float32, tf32, float16) and 3, 5, 8 ranks (float64 16384),
+#       each verified (GRID_CASES="RANKS:SIZE:TYPE ..."); then bench for float64 with cuBLASMp (GRID_BENCH=0: not)
 #   bash tests/gpu/speed_check.sh gemm      hpcmm's GEMM call against cuBLASLt's own choice (nvmath-python's Matmul,
 #       heuristic and autotuned) on the shapes of the 2-rank steps, float32 among them (GEMM_PROBE_CASES overrides),
 #       one GPU (tests/gpu/gemm_probe.py; peers kit),
 #       after hpcmm's call against cupy's on the same operands, in turns, with either algorithm hint
-#       (tests/gpu/gemm_hint_probe.py: where float64 loses 6 % to cupy.matmul)
+#       (tests/gpu/gemm_hint_probe.py: where float64 loses 6 % to cupy.matmul; GEMM_HINT=0 leaves it out)
 #
 # In order of priority, each step under `timeout` and inside what is left of SPEED_BUDGET seconds
 # (default 510): a warm-up (ten float64 16384 products: the GPUs leave their idle clock), then `hpcmm bench` at 2 ranks (system MPI, peers on; Heat on its own smaller case within
@@ -137,7 +140,7 @@ elif [ "${1:-all}" = gemm ]; then
   # hpcmm's GEMM (cublasGemmEx) against cuBLASLt's heuristic and autotuned choice on the 2-rank steps
   step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
     --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
-  step gemm-hint 150 python3 tests/gpu/gemm_hint_probe.py --json "$OUT/gemm-hint.json"
+  [ "${GEMM_HINT:-1}" = 1 ] && step gemm-hint 150 python3 tests/gpu/gemm_hint_probe.py --json "$OUT/gemm-hint.json"
   step gemm-probe 300 python3 tests/gpu/gemm_probe.py --json "$OUT/gemm-probe.json" \
     --cases "${GEMM_PROBE_CASES:-float64:8192x16384x8192,float64:16384x8192x8192,float64:8192x16384x16384,float64:16384x16384x16384,float32:8192x16384x8192,float32:4096x8192x4096,float32:16384x32768x8192,tf32:8192x16384x8192,float16:8192x16384x8192,bfloat16:16384x32768x8192,float64:4096x8192x4096,float64:8192x16384x1024}"
 elif [ "${1:-all}" = library ]; then
@@ -160,6 +163,26 @@ elif [ "${1:-all}" = library ]; then
                               16384:float64:--panel:1024 16384:float64}; do lib ${case//:/ }; done
   bench lt 170 "${LIBRARY_BENCH:-float64:8192;float32:8192;float64:16384;float32:16384}" --heat-limit 5
   [ -z "${LIBRARY_BENCH:-}" ] && bench lt-f32-32768 140 "float32:32768" --heat-limit 5
+elif [ "${1:-all}" = grid ]; then
+  # which way the default grid faces (HPCMM_GRID_ORIENTATION): wide (MPI.Compute_dims) against tall, alternating,
+  # each product verified; then bench (default options) for float64 against the best one GPU and cuBLASMp
+  step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
+    --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
+  turn() {  # turn RANKS SIZE TYPE: wide, then tall
+    local ranks=$1 size=$2 type=$3 opts=(--dtype "$3") name
+    [ "$type" = tf32 ] && opts=(--dtype float32 --tf32)
+    for face in wide tall; do
+      name=grid-$face-n$ranks-$type-$size
+      while [ -e "$work/$name.h5" ]; do name=$name-again; done
+      step "$name" 90 env HPCMM_GRID_ORIENTATION=$face mpiexec -n "$ranks" python3 -m hpcmm \
+        --m "$size" --n "$size" --k "$size" "${opts[@]}" --iters 5 --quiet --out "$work/$name.h5"
+    done
+  }
+  for case in ${GRID_CASES:-2:16384:float64 2:8192:float64 2:4096:float64 2:16384:float32 2:8192:float32 \
+                           2:16384:tf32 2:16384:float16 3:16384:float64 8:16384:float64 2:16384:float64 \
+                           2:32768:float64 5:16384:float64}; do turn ${case//:/ }; done
+  [ "${GRID_BENCH:-1}" = 1 ] && bench f64 130 "float64:4096;float64:8192;float64:16384" --heat-limit 5
+  [ "${GRID_BENCH:-1}" = 1 ] && bench f64-32768 170 "float64:32768" --heat-limit 5
 elif [ "${1:-all}" = orders ]; then
   for kind in orders stored; do
     GEMM_ORDER=; [ "$kind" = stored ] && GEMM_ORDER=FC
@@ -176,7 +199,7 @@ else
     --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
   bench small 120 "float64:4096;float64:8192;float32:4096;float32:8192" --heat-limit 20
   bench 16384 110 "float64:16384;float32:16384" --heat-limit 20
-  bench f64-32768 130 "float64:32768" --heat-limit 20
+  bench f64-32768 170 "float64:32768" --heat-limit 10
   bench tf32-16384 60 "tf32:16384"
   bench 16bit-16384 80 "float16:16384;bfloat16:16384"
   panel 32768 4096  # --panel 4096 beside the default (8192 there): the default must reach it
@@ -223,6 +246,15 @@ for path in orders:
         print(f"{os.path.basename(path)[6:-3]:<34}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%"
               f"{100 * s['host_overhead_fraction']:>7.2f}%{int(c['steps']):>6}  {dec(c['step_order_used']):<11} "
               f"{'yes' if s['verified'] else 'NO'}  GEMM ms by rank: "
+              + " ".join(f"{1e3 * x:.2f}" for x in np.median(f["timings/step_seconds"][:, :, :, 0].sum(axis=2), axis=1)))
+turned = sorted(glob.glob(os.path.join(work, "grid-*.h5")), key=os.path.getmtime)
+if turned:
+    print(f"{'grid orientation (HPCMM_GRID_ORIENTATION)':<44}{'grid':>6}{'TFLOP/s':>9}{'exposed':>9}  ok")
+for path in turned:
+    with h5py.File(path, "r") as f:
+        s, c = f["summary"].attrs, f["config"].attrs
+        print(f"{os.path.basename(path)[5:-3]:<44}{dec(c['grid']):>6}{s['tflops']:>9.2f}"
+              f"{100 * s['exposed_comm_fraction']:>8.2f}%  {'yes' if s['verified'] else 'NO'}  GEMM ms by rank: "
               + " ".join(f"{1e3 * x:.2f}" for x in np.median(f["timings/step_seconds"][:, :, :, 0].sum(axis=2), axis=1)))
 libraries = sorted(glob.glob(os.path.join(work, "library-*.h5")), key=os.path.getmtime)
 if libraries:

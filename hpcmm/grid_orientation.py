@@ -1,0 +1,82 @@
+"""Which way the default process grid faces: each rank's C block wider than tall, or taller than wide.
+
+``MPI.Compute_dims(size, 2)`` gives the most square grid with ``rows >= cols``: for a square product at
+2 ranks a 2 × 1 grid, whose C blocks are ``m/2 × n`` (wider than tall).  Its transpose, 1 × 2, moves as
+many bytes per step (A panels ``m × w`` along the row instead of B panels ``w × n`` down the column),
+but hands cuBLAS the other shape, and cuBLAS's kernels do not run both at one rate.  On one H200, in
+hpcmm's operand orders (A column-major, B and C row-major; ``tests/gpu/gemm_probe.py``, medians of 10,
+docs/benchmarks.md), float64:
+
+=====================  ===============  ==============
+C block × depth        cublasGemmEx     cuBLASLt tuned
+=====================  ===============  ==============
+8192 × 16384 × 8192    49.05 TFLOP/s    51.03
+16384 × 8192 × 8192    56.43            51.94
+8192 × 16384 × 16384   48.93            50.92
+16384 × 8192 × 16384   58.17            56.47
+16384³ (one GPU)       58.82            57.07
+=====================  ===============  ==============
+
+The wide block runs 13–16 % below one GPU's rate on the whole product, the tall one within 4 %: so a
+2-rank float64 16384 run on a 2 × 1 grid can reach no more than about 87 % of two GPUs, whatever its
+transfers do.  Hence ``auto`` (the default) faces the grid *tall* (``rows <= cols``) for the kinds in
+:data:`TALL_KINDS` on GPUs of one (virtual) node, and keeps ``MPI.Compute_dims``'s *wide* grid for the
+other types, on CPUs (where no measurement asked for a change) and across nodes: there the grid's face
+also decides which panels cross the network and how a node's ranks fill the grid's rows, which the
+cost model weighs (:mod:`hpcmm.model`) and no run here has measured.  ``HPCMM_GRID_ORIENTATION=wide`` or ``tall`` fixes it;
+``--grid`` overrides both.  Weighted layouts (ranks sharing a GPU) start from the same grid
+(:func:`hpcmm.layout.fit_grid`'s preferred shape).
+"""
+
+from __future__ import annotations
+
+from .layout import Grid
+
+__all__ = ["ORIENTATIONS", "TALL_KINDS", "facing", "oriented"]
+
+#: ``HPCMM_GRID_ORIENTATION``'s values.
+ORIENTATIONS = ("auto", "wide", "tall")
+#: The kinds of GEMM (type, or ``tf32``) whose default grid faces tall on GPUs: where the tall C block
+#: measured faster (the module's table).
+TALL_KINDS = ("float64",)
+
+
+def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True, nodes: int = 1) -> str:
+    """``"wide"`` or ``"tall"``: which way the default grid of this run faces.
+
+    Parameters
+    ----------
+    orientation : str
+        ``HPCMM_GRID_ORIENTATION``: ``auto``, ``wide`` or ``tall``.
+    dtype : str
+        The element type (``tf32`` is float32 with ``tf32=True``, or the model's ``"tf32"``).
+    tf32, on_gpu : bool
+        TF32 tensor cores; whether the GEMMs run on GPUs.
+    nodes : int
+        The (virtual) nodes of the run.
+
+    Examples
+    --------
+    >>> facing("auto", "float64"), facing("auto", "float32"), facing("auto", "float64", on_gpu=False)
+    ('tall', 'wide', 'wide')
+    >>> facing("auto", "float64", nodes=2), facing("tall", "float64", nodes=2)
+    ('wide', 'tall')
+    >>> facing("wide", "float64"), facing("tall", "float16", on_gpu=False)
+    ('wide', 'tall')
+    """
+    if orientation not in ORIENTATIONS:
+        raise ValueError(f"grid orientation {orientation!r}: expected one of {', '.join(ORIENTATIONS)}")
+    if orientation != "auto":
+        return orientation
+    kind = "tf32" if tf32 else dtype
+    return "tall" if on_gpu and nodes == 1 and kind in TALL_KINDS else "wide"
+
+
+def oriented(rows: int, cols: int, face: str) -> Grid:
+    """The grid ``rows × cols`` turned to ``face``: ``wide`` has ``rows >= cols``, ``tall`` ``rows <= cols``.
+
+    >>> oriented(2, 1, "tall"), oriented(4, 2, "wide"), oriented(2, 4, "wide")
+    (Grid(rows=1, cols=2), Grid(rows=4, cols=2), Grid(rows=4, cols=2))
+    """
+    low, high = sorted((rows, cols))
+    return Grid(low, high) if face == "tall" else Grid(high, low)

@@ -1,0 +1,74 @@
+"""Which way the default grid faces (:mod:`hpcmm.grid_orientation`), pure, and where the run and the model take it."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+from hpcmm import grid_orientation as module
+from hpcmm.arrangement import arrangement_for
+from hpcmm.balance import Balance, ranks_per_device, weights_for
+from hpcmm.grid_orientation import TALL_KINDS, facing, oriented
+from hpcmm.layout import Grid
+from hpcmm.model import Problem, builtin, compute_dims, predict
+from hpcmm.mps import MpsState
+
+
+def test_module_doctests():
+    result = doctest.testmod(module)
+    assert result.attempted and not result.failed
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 6, 8, 12, 16, 18])
+@pytest.mark.parametrize("face", ["wide", "tall"])
+def test_oriented_keeps_the_factors_and_turns_them(size, face):
+    rows, cols = compute_dims(size)
+    grid = oriented(rows, cols, face)
+    assert grid.size == size and {grid.rows, grid.cols} == {rows, cols}
+    assert (grid.rows >= grid.cols) if face == "wide" else (grid.rows <= grid.cols)
+
+
+@pytest.mark.parametrize("dtype,tf32", [("float64", False), ("float32", False), ("float32", True), ("float16", False),
+                                        ("bfloat16", False), ("complex128", False), ("tf32", False)])
+def test_auto_turns_only_the_measured_kinds_on_gpus_of_one_node(dtype, tf32):
+    kind = "tf32" if tf32 else dtype
+    assert facing("auto", dtype, tf32) == ("tall" if kind in TALL_KINDS else "wide")
+    assert facing("auto", dtype, tf32, on_gpu=False) == "wide"
+    assert facing("auto", dtype, tf32, nodes=2) == "wide"
+    for fixed in ("wide", "tall"):
+        assert facing(fixed, dtype, tf32, on_gpu=False, nodes=4) == fixed
+    with pytest.raises(ValueError, match="'square'"):
+        facing("square", dtype)
+
+
+def _idle(devices):
+    balance = Balance("share", weights_for("share", devices), tuple(devices), ranks_per_device(devices))
+    return balance, tuple(MpsState(False, "pipe", "/tmp/p", "not seen") for _ in devices)
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 5, 8])
+def test_the_run_and_the_model_take_the_same_grid(ranks):
+    """``arrangement_for`` (the run) and ``predict`` (the model) turn the grid alike, shared GPUs included."""
+    shape = (16384, 16384, 16384)
+    balance, idle = _idle([r % 2 for r in range(ranks)])
+    for dtype in ("float64", "float32"):
+        face = facing("auto", dtype)
+        run = arrangement_for(balance, idle, shape, None, on_gpu=True, face=face).grid
+        model = predict(Problem(*shape, dtype), ranks, builtin("h200x2")).grid
+        assert model == f"{run.rows}x{run.cols}", (dtype, ranks)
+    two = arrangement_for(*_idle([0, 1]), shape, None, on_gpu=True, face=facing("auto", "float64")).grid
+    assert two == Grid(1, 2)  # each rank's C block 16384 × 8192: the fast float64 shape
+
+
+def test_a_given_grid_is_kept_and_the_model_can_turn():
+    balance, idle = _idle([0, 1])
+    shape = (64, 64, 64)
+    assert arrangement_for(balance, idle, shape, (2, 1), on_gpu=True, face="tall").grid == Grid(2, 1)
+    machine = builtin("h200x2")
+    assert predict(Problem(*shape), 2, machine, orientation="wide").grid == "2x1"
+    assert predict(Problem(*shape), 2, machine, orientation="tall").grid == "1x2"
+    assert predict(Problem(*shape), 2, machine, grid=(2, 1), orientation="tall").grid == "2x1"
+    # across (virtual) nodes auto keeps the wide grid
+    assert predict(Problem(*shape), 4, machine, ranks_per_node=2).grid == "2x2"
+    assert predict(Problem(*shape), 8, machine, ranks_per_node=4).grid == "4x2"
