@@ -30,9 +30,11 @@ cost model weighs (:mod:`hpcmm.model`) and no run here has measured.  ``HPCMM_GR
 
 from __future__ import annotations
 
+import math
+
 from .layout import Grid
 
-__all__ = ["ORIENTATIONS", "TALL_KINDS", "facing", "oriented"]
+__all__ = ["ORIENTATIONS", "TALL_KINDS", "default_grid", "facing", "most_square", "oriented"]
 
 #: ``HPCMM_GRID_ORIENTATION``'s values.
 ORIENTATIONS = ("auto", "wide", "tall")
@@ -80,3 +82,23 @@ def oriented(rows: int, cols: int, face: str) -> Grid:
     """
     low, high = sorted((rows, cols))
     return Grid(low, high) if face == "tall" else Grid(high, low)
+
+
+def most_square(size: int) -> tuple[int, int]:
+    """The most square ``rows × cols`` with ``rows >= cols``, as ``MPI.Compute_dims(size, 2)`` (pure).
+
+    >>> most_square(8), most_square(12), most_square(7)
+    ((4, 2), (4, 3), (7, 1))
+    """
+    cols = max(c for c in range(1, math.isqrt(size) + 1) if size % c == 0)
+    return size // cols, cols
+
+
+def default_grid(size: int, dtype: str = "float64", tf32: bool = False, on_gpu: bool = True, nodes: int = 1,
+                 orientation: str = "auto") -> Grid:
+    """The grid a run of ``size`` ranks takes without ``--grid`` or weights (scripts that size a product by it).
+
+    >>> default_grid(8), default_grid(8, on_gpu=False), default_grid(8, nodes=2)
+    (Grid(rows=2, cols=4), Grid(rows=4, cols=2), Grid(rows=4, cols=2))
+    """
+    return oriented(*most_square(size), facing(orientation, dtype, tf32, on_gpu, nodes))

@@ -10,7 +10,7 @@ checks and the file see one engine over all ranks:
 1. the ranks split into layers (:class:`~hpcmm.algorithms.layers.Layers`):
    a communicator per layer (``Split`` by layer, ranks in layer-rank order),
    and on it a :class:`~hpcmm.topology.Topology` of its own (virtual nodes of
-   ``q`` ranks, its grid from ``MPI.Compute_dims``);
+   ``q`` ranks, its grid from ``MPI.Compute_dims``, turned as summa's on the same nodes);
 2. the layer's :class:`~hpcmm.engine.Engine`, unchanged, on ``(m, n, k_l)``;
    its C is the fiber's readable partial block
    (:class:`~hpcmm.transport.reduce.FiberReduction`), and every layer uses
@@ -39,8 +39,8 @@ from .config import RunConfig
 from .engine import Engine, IterationTimes, check_memory, gpus_shared, memory_needed, widest_fitting
 from .errors import InputError, agree, collective_setup, raised_everywhere
 from .gemm_orders import gemm_order, scratch_slots
-from .layout import Grid
-from .topology import Topology
+from .grid_orientation import facing
+from .topology import Topology, choose_grid
 from .transport.reduce import FiberReduction, scratch_bytes
 
 __all__ = ["LayeredEngine", "LayeredTimes", "node_ranks"]
@@ -92,7 +92,11 @@ class LayeredEngine:
         self.layer = layers.layer(topo.rank)
         self.layer_rank = layers.layer_rank(topo.rank)
         self.members = layers.members(self.layer)
-        self.layout = LayeredLayout(m, n, k, layers, Grid(*MPI.Compute_dims(layers.layer_size, 2)))
+        # Each layer's grid is turned as a summa run's on the same nodes (hpcmm.grid_orientation), so
+        # that one layer is summa block for block.
+        face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, topo.vnode_count)
+        self.layer_grid = choose_grid(layers.layer_size, None, face)
+        self.layout = LayeredLayout(m, n, k, layers, self.layer_grid)
         self.panel_auto = config.panel is None
         #: The layer engines' GEMM operand orders (the same rule as :class:`Engine`'s), for the memory check.
         self.gemm_order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
@@ -116,7 +120,7 @@ class LayeredEngine:
         self._check_memory()
         layer_comm = topo.comm.Split(self.layer, self.layer_rank)
         try:
-            self.layer_topo = Topology.create(layer_comm, layer_config)
+            self.layer_topo = Topology.create(layer_comm, layer_config, grid=self.layer_grid)
         finally:
             layer_comm.Free()
         self.fiber = topo.comm.Split(self.layer_rank, self.layer)

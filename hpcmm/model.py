@@ -54,7 +54,7 @@ import numpy as np
 from .algorithms import panel_candidates, rank_plan, ring_depth
 from .errors import InputError
 from .gemm_orders import gemm_order, scratch_slots
-from .grid_orientation import facing, oriented
+from .grid_orientation import facing, most_square, oriented
 from .layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid, padded
 from .summary import product_flops
 
@@ -308,8 +308,7 @@ def compute_dims(size: int) -> tuple[int, int]:
     >>> compute_dims(8), compute_dims(12), compute_dims(7)
     ((4, 2), (4, 3), (7, 1))
     """
-    cols = max(c for c in range(1, int(math.isqrt(size)) + 1) if size % c == 0)
-    return size // cols, cols
+    return most_square(size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -552,7 +551,7 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
         return min(feasible or options, key=lambda p: p.seconds)
     if algo.startswith("2.5d"):
         return _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch,
-                            cuda_aware, step_order)
+                            cuda_aware, step_order, orientation)
     if algo not in ("summa", "split-relay"):
         raise InputError(f"--algo={algo!r}: expected one of summa, split-relay, 2.5d, 2.5d:C, auto")
     return _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid, panel, prefetch, algo,
@@ -904,7 +903,7 @@ def _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn
 
 
 def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch, cuda_aware,
-                 step_order="auto"):
+                 step_order="auto", orientation="auto"):
     """2.5D with k cut over ``c`` layers inside each node (``run --algo 2.5d:C``, :mod:`hpcmm.layered`).
 
     Each layer runs hpcmm's SUMMA on (m, n, k/c) over ranks/c ranks, using the
@@ -919,7 +918,7 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
     node = ranks_per_node or per_host
     if algo == "2.5d":
         options = [_predict_25d(problem, ranks, machine, f"2.5d:{c}", ranks_per_node, ranks_per_host, panel,
-                                prefetch, cuda_aware, step_order) for c in (2, 4, 8) if node % c == 0 and ranks % c == 0]
+                                prefetch, cuda_aware, step_order, orientation) for c in (2, 4, 8) if node % c == 0 and ranks % c == 0]
         if not options:
             raise InputError(f"--algo=2.5d: no layer count of 2, 4, 8 divides the {node} ranks of each node")
         return min(options, key=lambda p: p.seconds)
@@ -934,11 +933,12 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
                              nics_per_node=max(1, machine.nics_per_node // c))
     rpn = node // c
     sliced = _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn)
-    # 2.5D layers take near-equal blocks in launch order (hpcmm.run), each layer on MPI.Compute_dims's grid.
+    # 2.5D layers take near-equal blocks in launch order (hpcmm.run), each layer on MPI.Compute_dims's grid
+    # turned as summa's on the same nodes (hpcmm.layered): a layer's nodes are the job's.
     pred = _simulate(sub, ranks // c, sliced, rpn, per_host // c, None, panel, prefetch, "summa",
                      machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order,
-                     balance="none", orientation="wide")
-    rows, cols = compute_dims(ranks // c)
+                     balance="none", orientation=orientation)
+    rows, cols = (int(x) for x in pred.grid.split("x"))
     block = -(-problem.m // rows) * -(-problem.n // cols) * problem.itemsize
     reduce = 0.0
     if c > 1:

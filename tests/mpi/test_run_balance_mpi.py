@@ -27,8 +27,10 @@ from mpi4py import MPI
 import hpcmm
 from hpcmm import balance as balance_module
 from hpcmm.config import RunConfig
+from hpcmm.grid_orientation import facing
 from hpcmm.inputs import generate_block
 from hpcmm.layout import Grid, Layout, load_imbalance, predicted_imbalance
+from hpcmm.topology import choose_grid
 from hpcmm.verify import tolerance
 from test_run_mpi import everywhere, on_rank0
 
@@ -38,6 +40,16 @@ P = COMM.Get_size()
 DEVICE = os.environ.get("HPCMM_DEVICE", "auto")
 #: GEMM rates (flop/s) the replaced timing reports, by launch rank: no two neighbours equal.
 RATES = (4e9, 1e9, 3e9, 2e9)
+
+
+def usual_grid(ranks_per_node: int | None = None) -> Grid:
+    """The grid of a run without weights or ``--grid``: ``MPI.Compute_dims``, turned as the run turns it
+    (float64 on GPUs of one node faces tall, :mod:`hpcmm.grid_orientation`)."""
+    from hpcmm.backend import gpu_count
+
+    on_gpu = DEVICE != "cpu" and gpu_count() > 0
+    nodes = 1 if ranks_per_node is None or ranks_per_node >= P else -(-P // ranks_per_node)
+    return choose_grid(P, None, facing("auto", "float64", on_gpu=on_gpu, nodes=nodes))
 
 
 def shape() -> tuple[int, int, int]:
@@ -193,7 +205,7 @@ def test_product_balance_measures_products_for_its_time(mpi_tmp_path, monkeypatc
     run(mpi_tmp_path, "count", balance="product")  # warmup=0, iters=1: one timed product after the balance
     # CPU ranks share one host: the share blocks are the near-equal ones, in launch order.
     m, n, k = shape()
-    (r0, r1), (c0, c1) = Layout(m, n, k, Grid(*MPI.Compute_dims(P, 2))).c_block(RANK)
+    (r0, r1), (c0, c1) = Layout(m, n, k, usual_grid()).c_block(RANK)
     everywhere(len(calls) == 1 + measured + 1, f"rank {RANK}: {len(calls)} products, expected {measured + 2}")
     everywhere(weighed == [measured * 2.0 * (r1 - r0) * (c1 - c0) * k], f"rank {RANK}: weighed {weighed}")
     counts = COMM.allgather(len(calls))
@@ -260,7 +272,7 @@ def test_balance_none_keeps_equal_blocks_and_launch_order(mpi_tmp_path, monkeypa
         none, share = (check_record(mpi_tmp_path / f"{mode}.h5", mode) for mode in ("none", "share"))
         check_product(mpi_tmp_path / "none.h5")
         check_product(mpi_tmp_path / "share.h5")
-        usual = Grid(*MPI.Compute_dims(P, 2))
+        usual = usual_grid(ranks_per_node)
         assert none["grid"] == usual and none["order"] == tuple(range(P)), none
         assert none["sizes"] == Layout(m, n, k, usual).block_sizes(), none["sizes"]
         assert none["weights"] == (1.0,) * P, none["weights"]

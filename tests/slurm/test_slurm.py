@@ -888,6 +888,8 @@ def test_job_completes_and_verifies(finished, label):
     import h5py
     from mpi4py import MPI
 
+    from hpcmm.grid_orientation import facing, oriented
+
     job = finished[label]
     assert job.info.get("JobState") == "COMPLETED", job.explain()
     assert len(job.results) == job.spec.h5_files, (
@@ -897,11 +899,15 @@ def test_job_completes_and_verifies(finished, label):
             attrs = dict(h5["/summary"].attrs)
             config = dict(h5["/config"].attrs)
             ranks = int(h5.attrs["ranks"])
+            on_gpu = bool((h5["/topology"]["gpu_index"][()] >= 0).any())
         assert bool(attrs["verified"]), f"{path}: /summary {attrs}\n{job.explain()}"
         for name in ("seconds", "tflops", "residual", "paths"):
             assert name in attrs, f"{path}: /summary lacks {name!r}: {attrs}"
-        rows, cols = MPI.Compute_dims(ranks, 2)
-        assert config["grid"] == f"{rows}x{cols}", f"{path}: grid {config['grid']}, hpcmm's is {rows}x{cols}"
+        # MPI.Compute_dims, turned as hpcmm turns it (float64 on GPUs of one node: tall)
+        face = facing(str(config["grid_orientation"]), str(config["dtype"]), bool(config.get("tf32", False)),
+                      on_gpu, int(config["nodes"]))
+        want = oriented(*MPI.Compute_dims(ranks, 2), face)
+        assert config["grid"] == str(want), f"{path}: grid {config['grid']}, hpcmm's is {want}"
         print(f"{path.name}: ranks={ranks} grid={config['grid']} seconds={float(attrs['seconds']):.4g} "
               f"residual={float(attrs['residual']):.2e} paths={list(attrs['paths'])}")
 
@@ -945,15 +951,24 @@ def test_scripts_share_one_common_part():
 
 
 @pytest.mark.parametrize("script", ["scaling.sbatch"])
-def test_scaling_grid_is_hpcmms(script):
-    """The scaling script's grid function gives MPI_Dims_create's grid for 1-64 ranks."""
+@pytest.mark.parametrize("device,nodes,dtype,turned", [("cpu", 1, "float64", False), ("gpu", 1, "float32", False),
+                                                       ("gpu", 1, "float64", True), ("gpu", 2, "float64", False)])
+def test_scaling_grid_is_hpcmms(script, device, nodes, dtype, turned):
+    """The scaling script's grid is MPI_Dims_create's for 1 to 64 ranks, turned (rows <= columns) where hpcmm
+    turns it: float64 on the GPUs of one node."""
     from mpi4py import MPI
 
     text = (JOBS_DIR / script).read_text()
     function = re.search(r"^hpcmm_grid\(\) \{.*?^\}$", text, re.S | re.M).group(0)
-    proc = run(["bash", "-c", function + '\nfor p in $(seq 1 64); do hpcmm_grid "$p"; done'], timeout=20)
-    expected = ["{}x{}".format(*MPI.Compute_dims(p, 2)) for p in range(1, 65)]
-    assert proc.stdout.split() == expected
+    python = sys.executable
+    counts = [*range(1, 17), 24, 30, 32, 48, 64]
+    loop = f'\npython={python}\nfor p in {" ".join(map(str, counts))}; do hpcmm_grid "$p" {nodes} {dtype}; done'
+    env = {**os.environ, "HPCMM_DEVICE": device, "PYTHONPATH": str(JOBS_DIR.parent)}
+    env.pop("HPCMM_GRID_ORIENTATION", None)
+    proc = run(["bash", "-c", function + loop], timeout=60, env=env)
+    dims = [MPI.Compute_dims(p, 2) for p in counts]
+    expected = [f"{min(d)}x{max(d)}" if turned else f"{d[0]}x{d[1]}" for d in dims]
+    assert proc.stdout.split() == expected, proc.stderr
 
 
 def test_no_script_uses_an_hpcmm_name_hpcmm_does_not_know():
