@@ -15,8 +15,9 @@ So under ``HPCMM_GEMM_LIBRARY=auto`` (the default; it acts where nvmath-python i
 float64 or float32 shape (:data:`PLANNED_KINDS`; extents, strides, ``beta``) a rank multiplies is
 planned once, on its own operands: the cuBLASLt plan is autotuned, then both libraries are timed in
 turns and the faster is kept, cuBLASLt only where it is faster by more than :data:`MARGIN`; a shape
-whose one GEMM takes over :data:`PLAN_LIMIT_SECONDS` is not planned.  ``C`` is saved before and
-restored after, so a product planned in passing is still exact.  tf32 and the other
+whose one GEMM takes over :data:`PLAN_LIMIT_SECONDS` is not planned, nor is one under
+:data:`PLAN_FLOOR_SECONDS` (its timings are noise, and planning would cost more than it could gain).
+``C`` is saved before and restored after, so a product planned in passing is still exact.  tf32 and the other
 types keep ``cublasGemmEx`` (their rows say so), and so does a rank whose GPU other ranks share (no
 comparison can time one rank's GEMM alone there); ``gemmex`` keeps it for every shape.  What was chosen,
 and the times it was chosen by, go to ``/timings/gemms`` (:meth:`GemmPlans.rows`).
@@ -32,7 +33,8 @@ import math
 import statistics
 from collections.abc import Callable
 
-__all__ = ["LIBRARIES", "MARGIN", "PLAN_LIMIT_SECONDS", "PLANNED_KINDS", "GemmPlans", "libraries_used", "pick"]
+__all__ = ["LIBRARIES", "MARGIN", "PLAN_FLOOR_SECONDS", "PLAN_LIMIT_SECONDS", "PLANNED_KINDS", "GemmPlans",
+           "libraries_used", "pick"]
 
 #: ``HPCMM_GEMM_LIBRARY``'s values.
 LIBRARIES = ("auto", "gemmex")
@@ -47,6 +49,10 @@ AUTOTUNE_ITERATIONS = 3
 #: autotune's candidates and the comparison), and the measured gains were on shapes of milliseconds
 #: (float32 16384×32768×8192, 0.16 s, gained nothing; 32768³ on one GPU would cost some 40 s).
 PLAN_LIMIT_SECONDS = 0.1
+#: Nor is a shape whose one GEMM takes less than this: its event timings are launch noise (a pick between
+#: algorithms by noise), the planning's some 30 GEMMs and cuBLASLt's plan cost more host time than the shape
+#: could ever gain in a run, and the smallest shape measured to gain took 0.7 ms (float64 2048×4096×2048).
+PLAN_FLOOR_SECONDS = 1e-4
 #: The kinds of GEMM (type, or ``tf32``) that ``auto`` plans: where cuBLASLt's choice gained in products
 #: (the module's measurements); complex types were not measured.
 PLANNED_KINDS = ("float64", "float32")
@@ -190,6 +196,10 @@ class GemmPlans:
             if once > PLAN_LIMIT_SECONDS:
                 row.update(gemmex_seconds=float(once), note=f"not planned: one GEMM takes {once:.3f} s, "
                                                             f"over {PLAN_LIMIT_SECONDS} s (hpcmm.gemm_library)")
+                return _Plan("gemmex", row)
+            if once < PLAN_FLOOR_SECONDS:
+                row.update(gemmex_seconds=float(once), note=f"not planned: one GEMM takes {1e6 * once:.1f} us, "
+                                                            f"under {1e6 * PLAN_FLOOR_SECONDS:.0f} us (hpcmm.gemm_library)")
                 return _Plan("gemmex", row)
             matmul = self._matmul(a, b, c, accumulate, stream, tf32)
 

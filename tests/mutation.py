@@ -202,6 +202,30 @@ MUTATIONS = {
         "        elif False:",
         ["tests/test_gemm_library.py"],
     ),
+    "gemm library: tiny shapes planned too": (
+        "hpcmm/gemm_library.py",
+        "            if once < PLAN_FLOOR_SECONDS:",
+        "            if False:",
+        ["tests/test_gemm_library.py"],
+    ),
+    "grid orientation: auto never turns float64": (
+        "hpcmm/grid_orientation.py",
+        '    return "tall" if on_gpu and nodes == 1 and kind in TALL_KINDS else "wide"',
+        '    return "wide"',
+        ["tests/test_grid_orientation.py"],
+    ),
+    "grid orientation: turned across nodes too": (
+        "hpcmm/grid_orientation.py",
+        '    return "tall" if on_gpu and nodes == 1 and kind in TALL_KINDS else "wide"',
+        '    return "tall" if on_gpu and kind in TALL_KINDS else "wide"',
+        ["tests/test_grid_orientation.py"],
+    ),
+    "grid orientation: the model keeps the wide grid": (
+        "hpcmm/model.py",
+        "    grid = Grid(*grid_shape) if grid_shape else oriented(*compute_dims(ranks), face)",
+        "    grid = Grid(*(grid_shape or compute_dims(ranks)))",
+        ["tests/test_grid_orientation.py"],
+    ),
 }
 
 

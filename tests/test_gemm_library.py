@@ -315,3 +315,17 @@ def test_a_rank_whose_gpu_others_share_plans_nothing():
                       sharers=4)
     kept_on_gemmex(plans, rng, "4 ranks share this GPU")
     assert log == ["ex"]
+
+
+def test_a_shape_whose_gemm_is_too_short_to_time_is_not_planned():
+    """One GEMM under PLAN_FLOOR_SECONDS: its timings would be launch noise and planning would cost more than
+    it could gain, so the shape keeps GemmEx, says why, and C holds one product."""
+    from hpcmm.gemm_library import PLAN_FLOOR_SECONDS
+
+    rng = np.random.default_rng(12)
+    log = []
+    plans = GemmPlans("auto", numpy_gemmex(log), timer_favouring("cublaslt", 0.5, seconds=PLAN_FLOOR_SECONDS / 4),
+                      advanced=fake_advanced(log=log))
+    row = kept_on_gemmex(plans, rng, "not planned: one GEMM takes 25.0 us, under 100 us")
+    assert row["gemmex_seconds"] == PLAN_FLOOR_SECONDS / 4 and math.isnan(row["cublaslt_seconds"])
+    assert log == ["ex", "ex", "ex"]  # untimed, timed, then the call's product: no cuBLASLt plan at all
