@@ -25,12 +25,14 @@ grid, the placement of ranks on nodes, the panel and prefetch, and a
   communication stream; the compute stream waits on the panels' ready events;
   on a CPU everything blocks the host;
 * the GEMM rate by local shape (a fitted curve per type, plus the pass over C
-  that ``beta = 1`` costs), ranks that share a device share its rate;
+  that ``beta = 1`` costs; symmetric in m and n, so it does not see the C block's face that
+  :mod:`hpcmm.grid_orientation` turns by), ranks that share a device share its rate;
 * links are shared: pulls from one source device share its port, broadcasts
   through one NIC share it, staged transfers share the host's MPI.
 
 Worked example: ``predict(Problem(8192, 8192, 8192, "float64"), ranks=2,
-machine=builtin("h200x2"))`` gives a 2×1 grid, one B panel per step over IPC,
+machine=builtin("h200x2"))`` gives a 1×2 grid (float64 on one node faces tall,
+:mod:`hpcmm.grid_orientation`), one A panel per step over IPC,
 and a time just above the GEMM alone: each rank multiplies its own block first
 (one whole step, no ramp) while the other block's panel arrives.
 
