@@ -23,8 +23,8 @@ every rank number in the results is a grid-order rank, and ``/config``
 ``grid_order`` maps it back to the launch rank.
 
 Worked example: 3 ranks on 2 GPUs, ranks 0 and 2 on GPU 0.  ``share`` gives
-weights ½, 1, ½; the usual grid, 3 × 1 (1 × 3 for float64 on GPUs: columns
-instead of rows), balances them in launch order (rows in proportion ¼, ½, ¼),
+weights ½, 1, ½; the usual grid, 3 × 1 (1 × 3 for float64 on GPUs),
+balances them in launch order (its rows, or columns, in proportion ¼, ½, ¼),
 so nothing moves.  With 6 ranks on 4 GPUs (ranks 0, 4 on GPU 0 and 1, 5 on
 GPU 1) the wide 3 × 2 holds the weights
 ``[[½, ½], [1, 1], [½, ½]]``, an outer product, and keeps launch order too;

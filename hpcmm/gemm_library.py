@@ -198,8 +198,9 @@ class GemmPlans:
                                                             f"over {PLAN_LIMIT_SECONDS} s (hpcmm.gemm_library)")
                 return _Plan("gemmex", row)
             if once < PLAN_FLOOR_SECONDS:
-                row.update(gemmex_seconds=float(once), note=f"not planned: one GEMM takes {1e6 * once:.1f} us, "
-                                                            f"under {1e6 * PLAN_FLOOR_SECONDS:.0f} us (hpcmm.gemm_library)")
+                row.update(gemmex_seconds=float(once),
+                           note=f"not planned: one GEMM takes {1e6 * once:.1f} us, "
+                                f"under {1e6 * PLAN_FLOOR_SECONDS:.0f} us (hpcmm.gemm_library)")
                 return _Plan("gemmex", row)
             matmul = self._matmul(a, b, c, accumulate, stream, tf32)
 

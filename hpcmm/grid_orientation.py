@@ -23,8 +23,8 @@ transfers do.  Hence ``auto`` (the default) faces the grid *tall* (``rows <= col
 :data:`TALL_KINDS` on GPUs of one (virtual) node, and keeps ``MPI.Compute_dims``'s *wide* grid for the
 other types, on CPUs (where no measurement asked for a change) and across nodes: there the grid's face
 also decides which panels cross the network and how a node's ranks fill the grid's rows, which the
-cost model weighs (:mod:`hpcmm.model`) and no run here has measured.  ``HPCMM_GRID_ORIENTATION=wide`` or ``tall`` fixes it;
-``--grid`` overrides both.  Weighted layouts (ranks sharing a GPU) start from the same grid
+cost model weighs (:mod:`hpcmm.model`) and no run here has measured.  ``HPCMM_GRID_ORIENTATION=wide``
+or ``tall`` fixes it; ``--grid`` overrides both.  Weighted layouts (ranks sharing a GPU) start from the same grid
 (:func:`hpcmm.layout.fit_grid`'s preferred shape).
 """
 

@@ -920,7 +920,8 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
     node = ranks_per_node or per_host
     if algo == "2.5d":
         options = [_predict_25d(problem, ranks, machine, f"2.5d:{c}", ranks_per_node, ranks_per_host, panel,
-                                prefetch, cuda_aware, step_order, orientation) for c in (2, 4, 8) if node % c == 0 and ranks % c == 0]
+                                prefetch, cuda_aware, step_order, orientation)
+                   for c in (2, 4, 8) if node % c == 0 and ranks % c == 0]
         if not options:
             raise InputError(f"--algo=2.5d: no layer count of 2, 4, 8 divides the {node} ranks of each node")
         return min(options, key=lambda p: p.seconds)

@@ -72,3 +72,18 @@ def test_a_given_grid_is_kept_and_the_model_can_turn():
     # across (virtual) nodes auto keeps the wide grid
     assert predict(Problem(*shape), 4, machine, ranks_per_node=2).grid == "2x2"
     assert predict(Problem(*shape), 8, machine, ranks_per_node=4).grid == "4x2"
+
+
+def test_info_says_where_a_run_would_turn_the_grid():
+    """``hpcmm info`` shows the launch grid, with a note where float64 (or a fixed setting) turns it."""
+    from hpcmm.config import RunConfig
+    from hpcmm.info import _turned_note
+
+    gpu, cpu = [{"gpu_index": 0}, {"gpu_index": 1}], [{"gpu_index": -1}, {"gpu_index": -1}]
+    note = _turned_note(RunConfig(), {"rows": gpu, "grid": "2x1", "nodes": 1})
+    assert note == "; float64 runs take 1x2 (HPCMM_GRID_ORIENTATION=auto)"
+    assert _turned_note(RunConfig(), {"rows": cpu, "grid": "2x1", "nodes": 1}) == ""
+    assert _turned_note(RunConfig(), {"rows": gpu, "grid": "2x1", "nodes": 2}) == ""
+    assert _turned_note(RunConfig(grid=(2, 1)), {"rows": gpu, "grid": "2x1", "nodes": 1}) == ""
+    both = _turned_note(RunConfig(grid_orientation="tall"), {"rows": cpu, "grid": "4x2", "nodes": 1})
+    assert both == "; float64 runs take 2x4, float32 runs take 2x4 (HPCMM_GRID_ORIENTATION=tall)"
