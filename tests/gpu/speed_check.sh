@@ -237,6 +237,9 @@ for path in sorted(glob.glob(os.path.join(work, "panel-*.h5")), key=panel_key):
         print(f"{f'{kind} {size} --panel {width}':<30}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%"
               f"{100 * s['host_overhead_fraction']:>7.2f}%  {'yes' if s['verified'] else 'NO'}")
 print()
+def gemm_ms(f):
+    """Each rank's GEMM milliseconds per product (median over the timed products)."""
+    return " ".join(f"{1e3 * x:.2f}" for x in np.median(f["timings/step_seconds"][:, :, :, 0].sum(axis=2), axis=1))
 orders = sorted(glob.glob(os.path.join(work, "order-*.h5")), key=os.path.getmtime)
 if orders:
     print(f"{'step order (HPCMM_STEP_ORDER)':<34}{'TFLOP/s':>9}{'exposed':>9}{'host':>8}{'steps':>6}  used        ok")
@@ -245,8 +248,7 @@ for path in orders:
         s, c = f["summary"].attrs, f["config"].attrs
         print(f"{os.path.basename(path)[6:-3]:<34}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%"
               f"{100 * s['host_overhead_fraction']:>7.2f}%{int(c['steps']):>6}  {dec(c['step_order_used']):<11} "
-              f"{'yes' if s['verified'] else 'NO'}  GEMM ms by rank: "
-              + " ".join(f"{1e3 * x:.2f}" for x in np.median(f["timings/step_seconds"][:, :, :, 0].sum(axis=2), axis=1)))
+              f"{'yes' if s['verified'] else 'NO'}  GEMM ms by rank: " + gemm_ms(f))
 turned = sorted(glob.glob(os.path.join(work, "grid-*.h5")), key=os.path.getmtime)
 if turned:
     print(f"{'grid orientation (HPCMM_GRID_ORIENTATION)':<44}{'grid':>6}{'TFLOP/s':>9}{'exposed':>9}  ok")
@@ -254,8 +256,7 @@ for path in turned:
     with h5py.File(path, "r") as f:
         s, c = f["summary"].attrs, f["config"].attrs
         print(f"{os.path.basename(path)[5:-3]:<44}{dec(c['grid']):>6}{s['tflops']:>9.2f}"
-              f"{100 * s['exposed_comm_fraction']:>8.2f}%  {'yes' if s['verified'] else 'NO'}  GEMM ms by rank: "
-              + " ".join(f"{1e3 * x:.2f}" for x in np.median(f["timings/step_seconds"][:, :, :, 0].sum(axis=2), axis=1)))
+              f"{100 * s['exposed_comm_fraction']:>8.2f}%  {'yes' if s['verified'] else 'NO'}  GEMM ms by rank: " + gemm_ms(f))
 libraries = sorted(glob.glob(os.path.join(work, "library-*.h5")), key=os.path.getmtime)
 if libraries:
     print(f"{'GEMM library (HPCMM_GEMM_LIBRARY)':<44}{'TFLOP/s':>9}{'exposed':>9}  {'used':<44}ok")
@@ -263,8 +264,7 @@ for path in libraries:
     with h5py.File(path, "r") as f:
         s = f["summary"].attrs
         print(f"{os.path.basename(path)[8:-3]:<44}{s['tflops']:>9.2f}{100 * s['exposed_comm_fraction']:>8.2f}%  "
-              f"{dec(s.get('gemm_library_used', '?'))[:42]:<44}{'yes' if s['verified'] else 'NO'}  GEMM ms by rank: "
-              + " ".join(f"{1e3 * x:.2f}" for x in np.median(f["timings/step_seconds"][:, :, :, 0].sum(axis=2), axis=1)))
+              f"{dec(s.get('gemm_library_used', '?'))[:42]:<44}{'yes' if s['verified'] else 'NO'}  GEMM ms by rank: " + gemm_ms(f))
         for g in (f["timings/gemms"][()] if "timings/gemms" in f else []):
             print(f"    rank {g['rank']} {dec(g['dtype'])} {g['m']}x{g['n']}x{g['w']} beta {g['beta']}: {dec(g['library'])}"
                   f"  GemmEx {1e3 * g['gemmex_seconds']:.3f} ms, cuBLASLt {1e3 * g['cublaslt_seconds']:.3f} ms"
