@@ -616,7 +616,8 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     on_gpu = machine.device == "gpu"
     isz = problem.itemsize
     pl = place(ranks, machine, ranks_per_node, ranks_per_host)
-    face = facing(orientation, problem.dtype, on_gpu=on_gpu, nodes=len(np.unique(pl.vnode)))
+    nodes = len(np.unique(pl.vnode))  # (virtual) nodes; the balance below reorders ranks, not nodes
+    face = facing(orientation, problem.dtype, on_gpu=on_gpu, nodes=nodes)
     grid = Grid(*grid_shape) if grid_shape else oriented(*compute_dims(ranks), face)
     if grid.size != ranks:
         raise InputError(f"--grid={grid}: {grid.size} ranks, not {ranks}")
@@ -631,7 +632,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     if panel > problem.k:
         raise InputError(f"--panel={panel}: wider than k={problem.k}")
     # The engine's own-first order needs every panel to be a pull: one (virtual) node.
-    own_first = step_order == "auto" and ranks > 1 and len(np.unique(pl.vnode)) == 1
+    own_first = step_order == "auto" and ranks > 1 and nodes == 1
     plans = _plans(layout, panel, prefetch, own_first)
     P, S = ranks, max(len(plan) for plan in plans)
     # (ranks, steps): each rank's step f, padded past the end of a shorter plan (width 0, root -1);
