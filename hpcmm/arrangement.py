@@ -163,7 +163,8 @@ def arrange(comm, host: str, backend, config, shape: tuple[int, int, int], nodes
         state = detect(backend.device_id if backend.on_gpu else None)
     states = tuple(comm.allgather(state))
     with collective(comm):  # the same inputs everywhere, so the same verdict
-        face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, nodes)
+        face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, nodes,
+                      shared=backend.on_gpu and balance.shared)
         return arrangement_for(balance, states, shape, config.grid, backend.on_gpu, face)
 
 

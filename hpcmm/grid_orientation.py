@@ -24,8 +24,28 @@ transfers do.  Hence ``auto`` (the default) faces the grid *tall* (``rows <= col
 other types, on CPUs (where no measurement asked for a change) and across nodes: there the grid's face
 also decides which panels cross the network and how a node's ranks fill the grid's rows, which the
 cost model weighs (:mod:`hpcmm.model`) and no run here has measured.  ``HPCMM_GRID_ORIENTATION=wide``
-or ``tall`` fixes it; ``--grid`` overrides both.  Weighted layouts (ranks sharing a GPU) start from the same grid
+or ``tall`` fixes it (``row`` too, below); ``--grid`` overrides them all.  Weighted layouts (ranks sharing a GPU) start from the same grid
 (:func:`hpcmm.layout.fit_grid`'s preferred shape).
+
+Where ranks share GPUs, ``auto`` goes further for those kinds: one process row (face ``row``, a
+``1 × P`` grid), every rank a full-height strip of C.  Only A panels move (along the row, between the
+ranks of one GPU as device-to-device copies), B stays where it is, and each GPU's ranks run tall
+GEMMs.  Measured on 2 × H200, float64 16384, 8 ranks (four per GPU), one call, products verified:
+
+==========  ===============  ==============
+grid        time-sliced      under MPS
+==========  ===============  ==============
+2 × 4       92.24 TFLOP/s    101.39
+4 × 2       92.35            101.07
+8 × 1       92.39            99.84
+1 × 8       101.41           112.84
+==========  ===============  ==============
+
+against 108.09 and 108.31 at 2 ranks in the same call.  The GEMMs alone
+(``tests/gpu/sharing_ceiling.py``: four ranks on one GPU, each its 2 × 4 block, 8192 × 4096 in steps
+of 2048) ran at 47.88 TFLOP/s time-sliced and 52.31 under MPS, against 59.92 for one rank with a
+2-rank run's block: the 2 × 4 grid loses most of its 15 % in the GEMMs' shape before any transfer.
+Prime rank counts (3, 5) already take ``1 × P`` under ``tall``; ``row`` changes the composite ones.
 """
 
 from __future__ import annotations
@@ -37,25 +57,28 @@ from .layout import Grid
 __all__ = ["ORIENTATIONS", "TALL_KINDS", "default_grid", "facing", "most_square", "oriented"]
 
 #: ``HPCMM_GRID_ORIENTATION``'s values.
-ORIENTATIONS = ("auto", "wide", "tall")
+ORIENTATIONS = ("auto", "wide", "tall", "row")
 #: The kinds of GEMM (type, or ``tf32``) whose default grid faces tall on GPUs: where the tall C block
 #: measured faster (the module's table).
 TALL_KINDS = ("float64",)
 
 
-def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True, nodes: int = 1) -> str:
-    """``"wide"`` or ``"tall"``: which way the default grid of this run faces.
+def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True, nodes: int = 1,
+           shared: bool = False) -> str:
+    """``"wide"``, ``"tall"`` or ``"row"``: which way the default grid of this run faces.
 
     Parameters
     ----------
     orientation : str
-        ``HPCMM_GRID_ORIENTATION``: ``auto``, ``wide`` or ``tall``.
+        ``HPCMM_GRID_ORIENTATION``: ``auto``, ``wide``, ``tall`` or ``row``.
     dtype : str
         The element type (``tf32`` is float32 with ``tf32=True``, or the model's ``"tf32"``).
     tf32, on_gpu : bool
         TF32 tensor cores; whether the GEMMs run on GPUs.
     nodes : int
         The (virtual) nodes of the run.
+    shared : bool
+        Whether any GPU of the run holds several ranks.
 
     Examples
     --------
@@ -65,21 +88,28 @@ def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True
     ('wide', 'tall')
     >>> facing("wide", "float64"), facing("tall", "float16", on_gpu=False)
     ('wide', 'tall')
+    >>> facing("auto", "float64", shared=True), facing("auto", "float32", shared=True)
+    ('row', 'wide')
     """
     if orientation not in ORIENTATIONS:
         raise ValueError(f"grid orientation {orientation!r}: expected one of {', '.join(ORIENTATIONS)}")
     if orientation != "auto":
         return orientation
     kind = "tf32" if tf32 else dtype
-    return "tall" if on_gpu and nodes == 1 and kind in TALL_KINDS else "wide"
+    if not (on_gpu and nodes == 1 and kind in TALL_KINDS):
+        return "wide"
+    return "row" if shared else "tall"
 
 
 def oriented(rows: int, cols: int, face: str) -> Grid:
-    """The grid ``rows × cols`` turned to ``face``: ``wide`` has ``rows >= cols``, ``tall`` ``rows <= cols``.
+    """The grid ``rows × cols`` turned to ``face``: ``wide`` has ``rows >= cols``, ``tall`` ``rows <= cols``,
+    and ``row`` is the one process row of as many ranks.
 
-    >>> oriented(2, 1, "tall"), oriented(4, 2, "wide"), oriented(2, 4, "wide")
-    (Grid(rows=1, cols=2), Grid(rows=4, cols=2), Grid(rows=4, cols=2))
+    >>> oriented(2, 1, "tall"), oriented(4, 2, "wide"), oriented(2, 4, "wide"), oriented(4, 2, "row")
+    (Grid(rows=1, cols=2), Grid(rows=4, cols=2), Grid(rows=4, cols=2), Grid(rows=1, cols=8))
     """
+    if face == "row":
+        return Grid(1, rows * cols)
     low, high = sorted((rows, cols))
     return Grid(low, high) if face == "tall" else Grid(high, low)
 
@@ -95,10 +125,10 @@ def most_square(size: int) -> tuple[int, int]:
 
 
 def default_grid(size: int, dtype: str = "float64", tf32: bool = False, on_gpu: bool = True, nodes: int = 1,
-                 orientation: str = "auto") -> Grid:
+                 orientation: str = "auto", shared: bool = False) -> Grid:
     """The grid a run of ``size`` ranks takes without ``--grid`` or weights (scripts that size a product by it).
 
-    >>> default_grid(8), default_grid(8, on_gpu=False), default_grid(8, nodes=2)
-    (Grid(rows=2, cols=4), Grid(rows=4, cols=2), Grid(rows=4, cols=2))
+    >>> default_grid(8), default_grid(8, on_gpu=False), default_grid(8, nodes=2), default_grid(8, shared=True)
+    (Grid(rows=2, cols=4), Grid(rows=4, cols=2), Grid(rows=4, cols=2), Grid(rows=1, cols=8))
     """
-    return oriented(*most_square(size), facing(orientation, dtype, tf32, on_gpu, nodes))
+    return oriented(*most_square(size), facing(orientation, dtype, tf32, on_gpu, nodes, shared))

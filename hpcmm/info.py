@@ -66,12 +66,15 @@ def _mps_line(ranks: int, states: list) -> str:
 
 
 def _turned_note(config: RunConfig, facts: dict) -> str:
-    """Where a run's default grid faces otherwise than the one shown (float64 on GPUs of one node)."""
+    """Where a run's default grid faces otherwise than the one shown (float64 on GPUs of one node; one process
+    row where ranks share GPUs)."""
     on_gpu = any(r["gpu_index"] >= 0 for r in facts["rows"])
     if config.grid is not None:
         return ""
     rows, cols = (int(x) for x in facts["grid"].split("x"))
-    turned = {kind: oriented(rows, cols, facing(config.grid_orientation, kind, on_gpu=on_gpu, nodes=facts["nodes"]))
+    shared = on_gpu and bool(facts.get("oversubscribed"))  # a host with more ranks than GPUs
+    turned = {kind: oriented(rows, cols, facing(config.grid_orientation, kind, on_gpu=on_gpu, nodes=facts["nodes"],
+                                                shared=shared))
               for kind in ("float64", "float32")}
     notes = [f"{kind} runs take {grid}" for kind, grid in turned.items() if (grid.rows, grid.cols) != (rows, cols)]
     return f"; {', '.join(notes)} (HPCMM_GRID_ORIENTATION={config.grid_orientation})" if notes else ""

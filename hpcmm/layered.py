@@ -94,7 +94,8 @@ class LayeredEngine:
         self.members = layers.members(self.layer)
         # Each layer's grid is turned as a summa run's on the same nodes (hpcmm.grid_orientation), so
         # that one layer is summa block for block.
-        face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, topo.vnode_count)
+        shared = gpus_shared(topo, backend)
+        face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, topo.vnode_count, shared)
         self.layer_grid = choose_grid(layers.layer_size, None, face)
         self.layout = LayeredLayout(m, n, k, layers, self.layer_grid)
         self.panel_auto = config.panel is None
@@ -106,7 +107,7 @@ class LayeredEngine:
         layer_layouts = [self.layout.layer_layout(layer) for layer in range(layers.count)]
         self.panel = config.panel if config.panel is not None else widest_fitting(
             topo, backend, panel_candidates(layer_layouts, self.dtype.itemsize, backend.on_gpu,
-                                            shared=gpus_shared(topo, backend)), self.needed_bytes)
+                                            shared=shared), self.needed_bytes)
         narrowest = min(layer_layout.k for layer_layout in layer_layouts)
         if self.panel > narrowest:  # the same verdict on every rank; said before the layer engines say less
             agree(topo.comm, InputError(

@@ -30,7 +30,7 @@ def choose_grid(size: int, requested: tuple[int, int] | None, face: str = "wide"
     """The process grid: ``requested`` if it fits ``size`` ranks, else ``MPI.Compute_dims`` turned to ``face``.
 
     ``face`` (:mod:`hpcmm.grid_orientation`): ``wide`` keeps ``MPI.Compute_dims``'s ``rows >= cols``,
-    ``tall`` turns it to ``rows <= cols``.
+    ``tall`` turns it to ``rows <= cols``, ``row`` makes it one process row (``1 × size``).
     """
     if requested is not None:
         rows, cols = requested

@@ -210,15 +210,27 @@ MUTATIONS = {
     ),
     "grid orientation: auto never turns float64": (
         "hpcmm/grid_orientation.py",
-        '    return "tall" if on_gpu and nodes == 1 and kind in TALL_KINDS else "wide"',
-        '    return "wide"',
+        "    if not (on_gpu and nodes == 1 and kind in TALL_KINDS):",
+        "    if True:",
         ["tests/test_grid_orientation.py"],
     ),
     "grid orientation: turned across nodes too": (
         "hpcmm/grid_orientation.py",
-        '    return "tall" if on_gpu and nodes == 1 and kind in TALL_KINDS else "wide"',
-        '    return "tall" if on_gpu and kind in TALL_KINDS else "wide"',
+        "    if not (on_gpu and nodes == 1 and kind in TALL_KINDS):",
+        "    if not (on_gpu and kind in TALL_KINDS):",
         ["tests/test_grid_orientation.py"],
+    ),
+    "grid orientation: shared GPUs keep the tall grid": (
+        "hpcmm/grid_orientation.py",
+        '    return "row" if shared else "tall"',
+        '    return "tall"',
+        ["tests/test_grid_orientation.py"],
+    ),
+    "grid orientation: the run does not see its GPUs shared": (
+        "hpcmm/arrangement.py",
+        "                      shared=backend.on_gpu and balance.shared)",
+        "                      shared=False)",
+        ["tests/test_grid_orientation.py", "tests/test_arrangement.py"],
     ),
     "grid orientation: the model keeps the wide grid": (
         "hpcmm/model.py",

@@ -202,7 +202,7 @@ def test_bad_gemm_order_exits_2_before_work(mpiexec, tmp_path):
 
 
 @pytest.mark.parametrize("face,ranks,grid", [("tall", 2, "1x2"), ("tall", 3, "1x3"), ("wide", 3, "3x1"),
-                                              ("auto", 2, "2x1")])
+                                              ("auto", 2, "2x1"), ("row", 4, "1x4")])
 def test_grid_orientation_turns_the_default_grid(mpiexec, tmp_path, face, ranks, grid):
     """HPCMM_GRID_ORIENTATION turns MPI.Compute_dims's grid (auto: wide on CPUs); the product stays exact."""
     out = tmp_path / "turned.h5"
@@ -218,7 +218,7 @@ def test_bad_grid_orientation_exits_2_before_work(mpiexec, tmp_path):
     out = tmp_path / "never.h5"
     proc = hpcmm(mpiexec, 2, "--m", "8", "--out", str(out), HPCMM_GRID_ORIENTATION="square")
     assert proc.returncode == 2, proc.stdout
-    assert "HPCMM_GRID_ORIENTATION='square': expected one of auto, wide, tall" in proc.stdout
+    assert "HPCMM_GRID_ORIENTATION='square': expected one of auto, wide, tall, row" in proc.stdout
     assert not out.exists()
 
 

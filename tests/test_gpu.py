@@ -449,6 +449,8 @@ def lt_backend(monkeypatch):
     import hpcmm.gemm_library as gemm_library
 
     monkeypatch.setattr(gemm_library, "pick", lambda ex, lt, margin=0: "cublaslt")
+    # shapes of microseconds too: the floor that leaves them to GemmEx in a run would hide the path under test
+    monkeypatch.setattr(gemm_library, "PLAN_FLOOR_SECONDS", 0.0)
     # every kind, those auto leaves to GemmEx by measurement too: the cuBLASLt path itself is right for each
     monkeypatch.setattr(gemm_library, "PLANNED_KINDS", ("float64", "float32", "tf32", "float16", "bfloat16",
                                                         "complex64"))

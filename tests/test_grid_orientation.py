@@ -21,10 +21,13 @@ def test_module_doctests():
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 6, 8, 12, 16, 18])
-@pytest.mark.parametrize("face", ["wide", "tall"])
+@pytest.mark.parametrize("face", ["wide", "tall", "row"])
 def test_oriented_keeps_the_factors_and_turns_them(size, face):
     rows, cols = compute_dims(size)
     grid = oriented(rows, cols, face)
+    if face == "row":  # one process row of all the ranks
+        assert grid == Grid(1, size)
+        return
     assert grid.size == size and {grid.rows, grid.cols} == {rows, cols}
     assert (grid.rows >= grid.cols) if face == "wide" else (grid.rows <= grid.cols)
 
@@ -36,8 +39,13 @@ def test_auto_turns_only_the_measured_kinds_on_gpus_of_one_node(dtype, tf32):
     assert facing("auto", dtype, tf32) == ("tall" if kind in TALL_KINDS else "wide")
     assert facing("auto", dtype, tf32, on_gpu=False) == "wide"
     assert facing("auto", dtype, tf32, nodes=2) == "wide"
-    for fixed in ("wide", "tall"):
+    # ranks sharing GPUs: one process row for the same kinds, on one node only
+    assert facing("auto", dtype, tf32, shared=True) == ("row" if kind in TALL_KINDS else "wide")
+    assert facing("auto", dtype, tf32, nodes=2, shared=True) == "wide"
+    assert facing("auto", dtype, tf32, on_gpu=False, shared=True) == "wide"
+    for fixed in ("wide", "tall", "row"):
         assert facing(fixed, dtype, tf32, on_gpu=False, nodes=4) == fixed
+        assert facing(fixed, dtype, tf32, shared=True) == fixed
     with pytest.raises(ValueError, match="'square'"):
         facing("square", dtype)
 
@@ -47,18 +55,22 @@ def _idle(devices):
     return balance, tuple(MpsState(False, "pipe", "/tmp/p", "not seen") for _ in devices)
 
 
-@pytest.mark.parametrize("ranks", [2, 3, 4, 5, 8])
+@pytest.mark.parametrize("ranks", [2, 3, 4, 5, 6, 8])
 def test_the_run_and_the_model_take_the_same_grid(ranks):
     """``arrangement_for`` (the run) and ``predict`` (the model) turn the grid alike, shared GPUs included."""
     shape = (16384, 16384, 16384)
     balance, idle = _idle([r % 2 for r in range(ranks)])
     for dtype in ("float64", "float32"):
-        face = facing("auto", dtype)
+        face = facing("auto", dtype, shared=balance.shared)
         run = arrangement_for(balance, idle, shape, None, on_gpu=True, face=face).grid
         model = predict(Problem(*shape, dtype), ranks, builtin("h200x2")).grid
         assert model == f"{run.rows}x{run.cols}", (dtype, ranks)
+        if dtype == "float64" and ranks > 2:  # ranks share the 2 GPUs: one process row
+            assert run == Grid(1, ranks), run
     two = arrangement_for(*_idle([0, 1]), shape, None, on_gpu=True, face=facing("auto", "float64")).grid
     assert two == Grid(1, 2)  # each rank's C block 16384 × 8192: the fast float64 shape
+    four = arrangement_for(*_idle([0, 1, 2, 3]), shape, None, on_gpu=True, face=facing("auto", "float64")).grid
+    assert four == Grid(2, 2)  # one rank per GPU (4 GPUs): tall, not one row
 
 
 def test_a_given_grid_is_kept_and_the_model_can_turn():
@@ -87,3 +99,34 @@ def test_info_says_where_a_run_would_turn_the_grid():
     assert _turned_note(RunConfig(grid=(2, 1)), {"rows": gpu, "grid": "2x1", "nodes": 1}) == ""
     both = _turned_note(RunConfig(grid_orientation="tall"), {"rows": cpu, "grid": "4x2", "nodes": 1})
     assert both == "; float64 runs take 2x4, float32 runs take 2x4 (HPCMM_GRID_ORIENTATION=tall)"
+    eight = [{"gpu_index": r % 2} for r in range(8)]  # 8 ranks on 2 GPUs: one process row for float64
+    note = _turned_note(RunConfig(), {"rows": eight, "grid": "4x2", "nodes": 1, "oversubscribed": {"h": (8, 2)}})
+    assert note == "; float64 runs take 1x8 (HPCMM_GRID_ORIENTATION=auto)"
+
+
+class _FourRanksOfOneGpu:
+    """A communicator of one process that answers ``allgather`` as four ranks alike would."""
+
+    def __getattr__(self, name):
+        from mpi4py import MPI
+
+        return getattr(MPI.COMM_SELF, name)
+
+    def allgather(self, value):
+        return [value] * 4
+
+
+@pytest.mark.parametrize("dtype,grid", [("float64", Grid(1, 4)), ("float32", Grid(2, 2))])
+def test_arrange_sees_its_gpus_shared(monkeypatch, dtype, grid):
+    """The run's own arrangement (collective) passes the sharing on: 4 ranks of 2 GPUs take one row in float64."""
+    import types
+
+    import hpcmm.arrangement as arrangement
+    from hpcmm.config import RunConfig
+
+    balance, idle = _idle([0, 1, 0, 1])
+    monkeypatch.setattr(arrangement, "gather_balance", lambda *args, **kwargs: balance)
+    monkeypatch.setattr(arrangement, "detect", lambda device: idle[0])
+    backend = types.SimpleNamespace(on_gpu=True, device_id=0)
+    arr = arrangement.arrange(_FourRanksOfOneGpu(), "n1", backend, RunConfig(dtype=dtype), (64, 64, 64))
+    assert arr.grid == grid

@@ -18,6 +18,10 @@
 #   SHARED_UNEVEN ("10007 6001 3001"), SHARED_PHASES ("off on"), SHARED_BALANCES (the other
 #   balances run at 16384 beside the default: "none measured product"; "" for none) and SHARED_UNEVEN_BALANCES
 #   (the balances of the verified uneven product: "default measured product") tune it.
+#   SHARED_VARIANTS adds runs of the float64 product with other options, in each phase, one per item
+#   RANKS:OPTION,VALUE,... (e.g. "8:--grid,1x8 8:--panel,1024"; default none); SHARED_CEILING=1 runs
+#   tests/gpu/sharing_ceiling.py in each phase (the GEMMs alone: 1 rank on GPU 0 with a 2-rank run's
+#   block, then 2 and 4 ranks on GPU 0 with the 3- and 8-rank runs' blocks).
 #
 # Expects the kit of ../shared/device in .device/ (sourced in `system` mode) when it is there.
 # Logs, HDF5 files and the daemon's logs go to $OUT (or /tmp/hpcmm-shared); the table is
@@ -187,6 +191,21 @@ for phase in ${SHARED_PHASES:-off on}; do
     done
   done
   REP=
+  for variant in ${SHARED_VARIANTS:-}; do
+    IFS=, read -r -a options <<< "${variant#*:}"
+    run_case "$phase" "${variant%%:*}" default "$N$(printf '%s' "${options[@]}" | tr -d -)" -- --m "$N" --n "$N" --k "$N" "${options[@]}"
+  done
+  if [ "${SHARED_CEILING:-0}" = 1 ]; then
+    # The GEMMs of one GPU's ranks alone, float64 N (blocks of the tall default grids: 1 x 2 at 2 ranks,
+    # 2 x 4 at 8; 3 ranks: GPU 0's two ranks each hold a quarter of C)
+    for spec in "1 $N"x"$((N / 2)) $((N / 2))" "2 $N"x"$((N / 4)) $((N / 8))" "4 $((N / 2))"x"$((N / 4)) $((N / 8))"; do
+      read -r ceiling_ranks block panel <<< "$spec"
+      echo "=== [$phase] sharing ceiling: $ceiling_ranks rank(s), block $block, panel $panel" >> "$log"
+      timeout "$LIMIT" mpiexec -n "$ceiling_ranks" python3 tests/gpu/sharing_ceiling.py --block "$block" --depth "$N" \
+        --panel "$panel" --json "$work/ceiling-$phase-$ceiling_ranks.json" >> "$log" 2>&1
+      grep -a "sharing ceiling: $ceiling_ranks rank" "$log" | tail -1 >> "$OUT/ceiling.txt"
+    done
+  fi
   for ranks in $RANKS; do
     [ "$ranks" -gt 2 ] || continue
     for balance in ${SHARED_BALANCES-none measured product}; do
@@ -231,5 +250,6 @@ if repeated:
         print(fmt.format(mps, ranks, balance, case, f"x{len(v)}", f"{m:.2f}", share(mps, case, m), "-", "-",
                          "runs " + " ".join(f"{x:.2f}" for x in v)))
 PY
+[ -f "$OUT/ceiling.txt" ] && cat "$OUT/ceiling.txt"
 echo "MPS control daemon start (control socket ready): $mps_start s; first CUDA context: ${init_off:-?} s without MPS, ${init_on:-?} s under MPS (it starts the server)"
 exit "$(cut -f5 "$table" | grep -c '^FAIL$')"

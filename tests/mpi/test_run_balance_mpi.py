@@ -44,12 +44,14 @@ RATES = (4e9, 1e9, 3e9, 2e9)
 
 def usual_grid(ranks_per_node: int | None = None) -> Grid:
     """The grid of a run without weights or ``--grid``: ``MPI.Compute_dims``, turned as the run turns it
-    (float64 on GPUs of one node faces tall, :mod:`hpcmm.grid_orientation`)."""
+    (float64 on GPUs of one node faces tall, or takes one process row where ranks share the GPUs,
+    :mod:`hpcmm.grid_orientation`; the suite's ranks are on one host)."""
     from hpcmm.backend import gpu_count
 
     on_gpu = DEVICE != "cpu" and gpu_count() > 0
     nodes = 1 if ranks_per_node is None or ranks_per_node >= P else -(-P // ranks_per_node)
-    return choose_grid(P, None, facing("auto", "float64", on_gpu=on_gpu, nodes=nodes))
+    shared = on_gpu and P > gpu_count()
+    return choose_grid(P, None, facing("auto", "float64", on_gpu=on_gpu, nodes=nodes, shared=shared))
 
 
 def shape() -> tuple[int, int, int]:

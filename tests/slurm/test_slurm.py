@@ -951,23 +951,25 @@ def test_scripts_share_one_common_part():
 
 
 @pytest.mark.parametrize("script", ["scaling.sbatch"])
-@pytest.mark.parametrize("device,nodes,dtype,turned", [("cpu", 1, "float64", False), ("gpu", 1, "float32", False),
-                                                       ("gpu", 1, "float64", True), ("gpu", 2, "float64", False)])
-def test_scaling_grid_is_hpcmms(script, device, nodes, dtype, turned):
+@pytest.mark.parametrize("device,nodes,dtype,gpus,turned", [
+    ("cpu", 1, "float64", 4, False), ("gpu", 1, "float32", 4, False), ("gpu", 1, "float64", 64, True),
+    ("gpu", 2, "float64", 4, False), ("gpu", 1, "float64", 2, "row"), ("gpu", 1, "float32", 2, False)])
+def test_scaling_grid_is_hpcmms(script, device, nodes, dtype, gpus, turned):
     """The scaling script's grid is MPI_Dims_create's for 1 to 64 ranks, turned (rows <= columns) where hpcmm
-    turns it: float64 on the GPUs of one node."""
+    turns it: float64 on the GPUs of one node, and one process row where its ranks outnumber the node's GPUs."""
     from mpi4py import MPI
 
     text = (JOBS_DIR / script).read_text()
     function = re.search(r"^hpcmm_grid\(\) \{.*?^\}$", text, re.S | re.M).group(0)
     python = sys.executable
     counts = [*range(1, 17), 24, 30, 32, 48, 64]
-    loop = f'\npython={python}\nfor p in {" ".join(map(str, counts))}; do hpcmm_grid "$p" {nodes} {dtype}; done'
+    loop = f'\npython={python}\nfor p in {" ".join(map(str, counts))}; do hpcmm_grid "$p" {nodes} {dtype} "$p" {gpus}; done'
     env = {**os.environ, "HPCMM_DEVICE": device, "PYTHONPATH": str(JOBS_DIR.parent)}
     env.pop("HPCMM_GRID_ORIENTATION", None)
     proc = run(["bash", "-c", function + loop], timeout=60, env=env)
     dims = [MPI.Compute_dims(p, 2) for p in counts]
-    expected = [f"{min(d)}x{max(d)}" if turned else f"{d[0]}x{d[1]}" for d in dims]
+    expected = [f"1x{p}" if turned == "row" and p > gpus else f"{min(d)}x{max(d)}" if turned else f"{d[0]}x{d[1]}"
+                for p, d in zip(counts, dims)]
     assert proc.stdout.split() == expected, proc.stderr
 
 
