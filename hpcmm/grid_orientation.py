@@ -46,6 +46,10 @@ against 108.09 and 108.31 at 2 ranks in the same call.  The GEMMs alone
 of 2048) ran at 47.88 TFLOP/s time-sliced and 52.31 under MPS, against 59.92 for one rank with a
 2-rank run's block: the 2 × 4 grid loses most of its 15 % in the GEMMs' shape before any transfer.
 Prime rank counts (3, 5) already take ``1 × P`` under ``tall``; ``row`` changes the composite ones.
+It stops at :data:`ROW_MOST_RANKS`: one row of P ranks sends each rank (P − 1)/P of A, where the
+most square grid sends it a fraction that falls with √P (8 ranks: 0.88 against 0.50; 24: 0.96 against
+0.33), and the cost model (:mod:`hpcmm.model`, the ``h200x8-ndr`` node, float64 16384) has one row of
+24 and 32 ranks on 8 GPUs 29 and 24 % slower than the tall grid; no run here had more than 8 ranks.
 """
 
 from __future__ import annotations
@@ -54,17 +58,20 @@ import math
 
 from .layout import Grid
 
-__all__ = ["ORIENTATIONS", "TALL_KINDS", "default_grid", "facing", "most_square", "oriented"]
+__all__ = ["ORIENTATIONS", "ROW_MOST_RANKS", "TALL_KINDS", "default_grid", "facing", "most_square", "oriented"]
 
 #: ``HPCMM_GRID_ORIENTATION``'s values.
 ORIENTATIONS = ("auto", "wide", "tall", "row")
 #: The kinds of GEMM (type, or ``tf32``) whose default grid faces tall on GPUs: where the tall C block
 #: measured faster (the module's table).
 TALL_KINDS = ("float64",)
+#: The most ranks whose default grid is one process row where they share GPUs (the module's notes):
+#: as far as it was measured.
+ROW_MOST_RANKS = 8
 
 
 def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True, nodes: int = 1,
-           shared: bool = False) -> str:
+           shared: bool = False, ranks: int | None = None) -> str:
     """``"wide"``, ``"tall"`` or ``"row"``: which way the default grid of this run faces.
 
     Parameters
@@ -79,6 +86,9 @@ def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True
         The (virtual) nodes of the run.
     shared : bool
         Whether any GPU of the run holds several ranks.
+    ranks : int, optional
+        The ranks of the grid: one row for shared GPUs takes at most :data:`ROW_MOST_RANKS`
+        (unlimited where not given).
 
     Examples
     --------
@@ -90,6 +100,8 @@ def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True
     ('wide', 'tall')
     >>> facing("auto", "float64", shared=True), facing("auto", "float32", shared=True)
     ('row', 'wide')
+    >>> facing("auto", "float64", shared=True, ranks=8), facing("auto", "float64", shared=True, ranks=16)
+    ('row', 'tall')
     """
     if orientation not in ORIENTATIONS:
         raise ValueError(f"grid orientation {orientation!r}: expected one of {', '.join(ORIENTATIONS)}")
@@ -98,7 +110,7 @@ def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True
     kind = "tf32" if tf32 else dtype
     if not (on_gpu and nodes == 1 and kind in TALL_KINDS):
         return "wide"
-    return "row" if shared else "tall"
+    return "row" if shared and (ranks is None or ranks <= ROW_MOST_RANKS) else "tall"
 
 
 def oriented(rows: int, cols: int, face: str) -> Grid:
@@ -130,5 +142,7 @@ def default_grid(size: int, dtype: str = "float64", tf32: bool = False, on_gpu: 
 
     >>> default_grid(8), default_grid(8, on_gpu=False), default_grid(8, nodes=2), default_grid(8, shared=True)
     (Grid(rows=2, cols=4), Grid(rows=4, cols=2), Grid(rows=4, cols=2), Grid(rows=1, cols=8))
+    >>> default_grid(16, shared=True)
+    Grid(rows=4, cols=4)
     """
-    return oriented(*most_square(size), facing(orientation, dtype, tf32, on_gpu, nodes, shared))
+    return oriented(*most_square(size), facing(orientation, dtype, tf32, on_gpu, nodes, shared, size))

@@ -95,7 +95,8 @@ class LayeredEngine:
         # Each layer's grid is turned as a summa run's on the same nodes (hpcmm.grid_orientation), so
         # that one layer is summa block for block.
         shared = gpus_shared(topo, backend)
-        face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, topo.vnode_count, shared)
+        face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, topo.vnode_count, shared,
+                      layers.layer_size)
         self.layer_grid = choose_grid(layers.layer_size, None, face)
         self.layout = LayeredLayout(m, n, k, layers, self.layer_grid)
         self.panel_auto = config.panel is None

@@ -617,7 +617,8 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     isz = problem.itemsize
     pl = place(ranks, machine, ranks_per_node, ranks_per_host)
     nodes = len(np.unique(pl.vnode))  # (virtual) nodes; the balance below reorders ranks, not nodes
-    face = facing(orientation, problem.dtype, on_gpu=on_gpu, nodes=nodes, shared=on_gpu and pl.sharers.max() > 1)
+    face = facing(orientation, problem.dtype, on_gpu=on_gpu, nodes=nodes, shared=on_gpu and pl.sharers.max() > 1,
+                  ranks=ranks)
     grid = Grid(*grid_shape) if grid_shape else oriented(*compute_dims(ranks), face)
     if grid.size != ranks:
         raise InputError(f"--grid={grid}: {grid.size} ranks, not {ranks}")

@@ -222,8 +222,14 @@ MUTATIONS = {
     ),
     "grid orientation: shared GPUs keep the tall grid": (
         "hpcmm/grid_orientation.py",
-        '    return "row" if shared else "tall"',
+        '    return "row" if shared and (ranks is None or ranks <= ROW_MOST_RANKS) else "tall"',
         '    return "tall"',
+        ["tests/test_grid_orientation.py"],
+    ),
+    "grid orientation: one row for any number of ranks": (
+        "hpcmm/grid_orientation.py",
+        '    return "row" if shared and (ranks is None or ranks <= ROW_MOST_RANKS) else "tall"',
+        '    return "row" if shared else "tall"',
         ["tests/test_grid_orientation.py"],
     ),
     "grid orientation: the run does not see its GPUs shared": (

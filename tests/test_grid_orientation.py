@@ -9,7 +9,7 @@ import pytest
 from hpcmm import grid_orientation as module
 from hpcmm.arrangement import arrangement_for
 from hpcmm.balance import Balance, ranks_per_device, weights_for
-from hpcmm.grid_orientation import TALL_KINDS, facing, oriented
+from hpcmm.grid_orientation import ROW_MOST_RANKS, TALL_KINDS, facing, oriented
 from hpcmm.layout import Grid
 from hpcmm.model import Problem, builtin, compute_dims, predict
 from hpcmm.mps import MpsState
@@ -43,6 +43,7 @@ def test_auto_turns_only_the_measured_kinds_on_gpus_of_one_node(dtype, tf32):
     assert facing("auto", dtype, tf32, shared=True) == ("row" if kind in TALL_KINDS else "wide")
     assert facing("auto", dtype, tf32, nodes=2, shared=True) == "wide"
     assert facing("auto", dtype, tf32, on_gpu=False, shared=True) == "wide"
+    assert facing("auto", dtype, tf32, shared=True, ranks=ROW_MOST_RANKS + 1) == ("tall" if kind in TALL_KINDS else "wide")
     for fixed in ("wide", "tall", "row"):
         assert facing(fixed, dtype, tf32, on_gpu=False, nodes=4) == fixed
         assert facing(fixed, dtype, tf32, shared=True) == fixed
@@ -55,18 +56,20 @@ def _idle(devices):
     return balance, tuple(MpsState(False, "pipe", "/tmp/p", "not seen") for _ in devices)
 
 
-@pytest.mark.parametrize("ranks", [2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("ranks", [2, 3, 4, 5, 6, 8, 12, 16])
 def test_the_run_and_the_model_take_the_same_grid(ranks):
     """``arrangement_for`` (the run) and ``predict`` (the model) turn the grid alike, shared GPUs included."""
     shape = (16384, 16384, 16384)
     balance, idle = _idle([r % 2 for r in range(ranks)])
     for dtype in ("float64", "float32"):
-        face = facing("auto", dtype, shared=balance.shared)
+        face = facing("auto", dtype, shared=balance.shared, ranks=ranks)
         run = arrangement_for(balance, idle, shape, None, on_gpu=True, face=face).grid
         model = predict(Problem(*shape, dtype), ranks, builtin("h200x2")).grid
         assert model == f"{run.rows}x{run.cols}", (dtype, ranks)
-        if dtype == "float64" and ranks > 2:  # ranks share the 2 GPUs: one process row
+        if dtype == "float64" and 2 < ranks <= ROW_MOST_RANKS:  # ranks share the 2 GPUs: one process row
             assert run == Grid(1, ranks), run
+        elif dtype == "float64" and ranks > ROW_MOST_RANKS:  # past what was measured: the tall grid
+            assert run.rows > 1 and run.rows <= run.cols, run
     two = arrangement_for(*_idle([0, 1]), shape, None, on_gpu=True, face=facing("auto", "float64")).grid
     assert two == Grid(1, 2)  # each rank's C block 16384 × 8192: the fast float64 shape
     four = arrangement_for(*_idle([0, 1, 2, 3]), shape, None, on_gpu=True, face=facing("auto", "float64")).grid
@@ -114,6 +117,9 @@ class _FourRanksOfOneGpu:
 
     def allgather(self, value):
         return [value] * 4
+
+    def Get_size(self):  # noqa: N802 - mpi4py's name
+        return 4
 
 
 @pytest.mark.parametrize("dtype,grid", [("float64", Grid(1, 4)), ("float32", Grid(2, 2))])

@@ -959,6 +959,8 @@ def test_scaling_grid_is_hpcmms(script, device, nodes, dtype, gpus, turned):
     turns it: float64 on the GPUs of one node, and one process row where its ranks outnumber the node's GPUs."""
     from mpi4py import MPI
 
+    from hpcmm.grid_orientation import ROW_MOST_RANKS
+
     text = (JOBS_DIR / script).read_text()
     function = re.search(r"^hpcmm_grid\(\) \{.*?^\}$", text, re.S | re.M).group(0)
     python = sys.executable
@@ -968,8 +970,9 @@ def test_scaling_grid_is_hpcmms(script, device, nodes, dtype, gpus, turned):
     env.pop("HPCMM_GRID_ORIENTATION", None)
     proc = run(["bash", "-c", function + loop], timeout=60, env=env)
     dims = [MPI.Compute_dims(p, 2) for p in counts]
-    expected = [f"1x{p}" if turned == "row" and p > gpus else f"{min(d)}x{max(d)}" if turned else f"{d[0]}x{d[1]}"
-                for p, d in zip(counts, dims)]
+    row = [turned == "row" and gpus < p <= ROW_MOST_RANKS for p in counts]  # one process row, as far as measured
+    expected = [f"1x{p}" if in_row else f"{min(d)}x{max(d)}" if turned else f"{d[0]}x{d[1]}"
+                for p, d, in_row in zip(counts, dims, row)]
     assert proc.stdout.split() == expected, proc.stderr
 
 
