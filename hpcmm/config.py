@@ -314,7 +314,8 @@ class RunConfig:
     step_order: str = "auto"
     #: The library of the local GEMMs (:mod:`hpcmm.gemm_library`): ``auto`` (per shape, measured) or ``gemmex``.
     gemm_library: str = "auto"
-    #: Which way the default grid faces (:mod:`hpcmm.grid_orientation`): ``auto`` (by type and sharing), ``wide``, ``tall`` or ``row``.
+    #: Which way the default grid faces (:mod:`hpcmm.grid_orientation`): ``auto`` (by type and sharing),
+    #: ``wide``, ``tall`` or ``row``.
     grid_orientation: str = "auto"
     #: ``summa``, ``2.5d`` (the layer count the cost model finds fastest), ``2.5d:C`` or ``auto``.
     algo: str = "summa"

@@ -24,8 +24,8 @@ transfers do.  Hence ``auto`` (the default) faces the grid *tall* (``rows <= col
 other types, on CPUs (where no measurement asked for a change) and across nodes: there the grid's face
 also decides which panels cross the network and how a node's ranks fill the grid's rows, which the
 cost model weighs (:mod:`hpcmm.model`) and no run here has measured.  ``HPCMM_GRID_ORIENTATION=wide``
-or ``tall`` fixes it (``row`` too, below); ``--grid`` overrides them all.  Weighted layouts (ranks sharing a GPU) start from the same grid
-(:func:`hpcmm.layout.fit_grid`'s preferred shape).
+or ``tall`` fixes it (``row`` too, below); ``--grid`` overrides them all.  Weighted layouts (ranks sharing a
+GPU) start from the same grid (:func:`hpcmm.layout.fit_grid`'s preferred shape).
 
 Where ranks share GPUs, ``auto`` goes further for those kinds: one process row (face ``row``, a
 ``1 × P`` grid), every rank a full-height strip of C.  Only A panels move (along the row, between the

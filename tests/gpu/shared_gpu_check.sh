@@ -21,7 +21,7 @@
 #   SHARED_VARIANTS adds runs of the float64 product with other options, in each phase, one per item
 #   RANKS:OPTION,VALUE,... (e.g. "8:--grid,1x8 8:--panel,1024"; default none); SHARED_CEILING=1 runs
 #   tests/gpu/sharing_ceiling.py in each phase (the GEMMs alone: 1 rank on GPU 0 with a 2-rank run's
-#   block, then 2 and 4 ranks on GPU 0 with the 3- and 8-rank runs' blocks).
+#   block, then 2 and 4 ranks on GPU 0 with the 3- and 8-rank runs' blocks, the latter on 2 x 4 and on 1 x 8).
 #
 # Expects the kit of ../shared/device in .device/ (sourced in `system` mode) when it is there.
 # Logs, HDF5 files and the daemon's logs go to $OUT (or /tmp/hpcmm-shared); the table is
@@ -196,9 +196,10 @@ for phase in ${SHARED_PHASES:-off on}; do
     run_case "$phase" "${variant%%:*}" default "$N$(printf '%s' "${options[@]}" | tr -d -)" -- --m "$N" --n "$N" --k "$N" "${options[@]}"
   done
   if [ "${SHARED_CEILING:-0}" = 1 ]; then
-    # The GEMMs of one GPU's ranks alone, float64 N (blocks of the tall default grids: 1 x 2 at 2 ranks,
-    # 2 x 4 at 8; 3 ranks: GPU 0's two ranks each hold a quarter of C)
-    for spec in "1 $N"x"$((N / 2)) $((N / 2))" "2 $N"x"$((N / 4)) $((N / 8))" "4 $((N / 2))"x"$((N / 4)) $((N / 8))"; do
+    # The GEMMs of one GPU's ranks alone, float64 N (blocks of the default grids: 1 x 2 at 2 ranks, 1 x 3 at
+    # 3, where GPU 0's two ranks each hold a quarter of C, and 8 ranks on 2 x 4 and on 1 x 8)
+    for spec in "1 $N"x"$((N / 2)) $((N / 2))" "2 $N"x"$((N / 4)) $((N / 8))" "4 $((N / 2))"x"$((N / 4)) $((N / 8))" \
+                "4 $N"x"$((N / 8)) $((N / 8))"; do
       read -r ceiling_ranks block panel <<< "$spec"
       echo "=== [$phase] sharing ceiling: $ceiling_ranks rank(s), block $block, panel $panel" >> "$log"
       timeout "$LIMIT" mpiexec -n "$ceiling_ranks" python3 tests/gpu/sharing_ceiling.py --block "$block" --depth "$N" \

@@ -19,7 +19,9 @@
 #       with every rank's planned shapes; then bench under auto with cuBLASMp (LIBRARY_BENCH; peers kit)
 #   bash tests/gpu/speed_check.sh grid      which way the default grid faces (HPCMM_GRID_ORIENTATION): wide and tall,
 #       alternating, at 2 ranks (float64 4096-32768, float32, tf32, float16) and 3, 5, 8 ranks (float64 16384),
-#       each verified (GRID_CASES="RANKS:SIZE:TYPE ..."); then bench for float64 with cuBLASMp (GRID_BENCH=0: not)
+#       each verified (GRID_CASES="RANKS:SIZE:TYPE ..."); then bench for float64 with cuBLASMp (GRID_BENCH=0: not).
+#       GRID_SETTING and GRID_VALUES A/B another setting the same way, e.g. the balance at one rank per GPU:
+#       GRID_SETTING=HPCMM_BALANCE GRID_VALUES="share product" GRID_CASES="2:16384:float64 ..." GRID_BENCH=0
 #   bash tests/gpu/speed_check.sh gemm      hpcmm's GEMM call against cuBLASLt's own choice (nvmath-python's Matmul,
 #       heuristic and autotuned) on the shapes of the 2-rank steps, float32 among them (GEMM_PROBE_CASES overrides),
 #       one GPU (tests/gpu/gemm_probe.py; peers kit),
@@ -168,13 +170,14 @@ elif [ "${1:-all}" = grid ]; then
   # each product verified; then bench (default options) for float64 against the best one GPU and cuBLASMp
   step warm-up 40 mpiexec -n 2 python3 -m hpcmm --m 16384 --n 16384 --k 16384 --iters 10 --verify none \
     --no-timeline --quiet --out "$work/warm-up.h5" --overwrite
-  turn() {  # turn RANKS SIZE TYPE: wide, then tall
+  setting=${GRID_SETTING:-HPCMM_GRID_ORIENTATION}
+  turn() {  # turn RANKS SIZE TYPE: each of GRID_VALUES (wide, then tall) in turn
     local ranks=$1 size=$2 type=$3 opts=(--dtype "$3") name
     [ "$type" = tf32 ] && opts=(--dtype float32 --tf32)
-    for face in wide tall; do
+    for face in ${GRID_VALUES:-wide tall}; do
       name=grid-$face-n$ranks-$type-$size
       while [ -e "$work/$name.h5" ]; do name=$name-again; done
-      step "$name" 90 env HPCMM_GRID_ORIENTATION=$face mpiexec -n "$ranks" python3 -m hpcmm \
+      step "$name" 90 env "$setting=$face" mpiexec -n "$ranks" python3 -m hpcmm \
         --m "$size" --n "$size" --k "$size" "${opts[@]}" --iters 5 --quiet --out "$work/$name.h5"
     done
   }
@@ -251,7 +254,8 @@ for path in orders:
               f"{'yes' if s['verified'] else 'NO'}  GEMM ms by rank: " + gemm_ms(f))
 turned = sorted(glob.glob(os.path.join(work, "grid-*.h5")), key=os.path.getmtime)
 if turned:
-    print(f"{'grid orientation (HPCMM_GRID_ORIENTATION)':<44}{'grid':>6}{'TFLOP/s':>9}{'exposed':>9}  ok")
+    print(f"{'setting A/B (' + os.environ.get('GRID_SETTING', 'HPCMM_GRID_ORIENTATION') + ')':<44}{'grid':>6}"
+          f"{'TFLOP/s':>9}{'exposed':>9}  ok")
 for path in turned:
     with h5py.File(path, "r") as f:
         s, c = f["summary"].attrs, f["config"].attrs
