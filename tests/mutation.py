@@ -234,8 +234,8 @@ MUTATIONS = {
     ),
     "grid orientation: the run does not see its GPUs shared": (
         "hpcmm/arrangement.py",
-        "                      shared=backend.on_gpu and balance.shared)",
-        "                      shared=False)",
+        "                      shared=backend.on_gpu and balance.shared, ranks=comm.Get_size())",
+        "                      shared=False, ranks=comm.Get_size())",
         ["tests/test_grid_orientation.py", "tests/test_arrangement.py"],
     ),
     "grid orientation: the model keeps the wide grid": (
