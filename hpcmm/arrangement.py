@@ -66,6 +66,9 @@ class Arrangement:
         equal, and the blocks are the near-equal ones).
     on_gpu : bool
         Whether the ranks compute on GPUs.
+    face : str
+        Which way the default grid faced (:func:`hpcmm.grid_orientation.facing`: ``wide``, ``tall``
+        or ``row``), or ``given`` where ``--grid`` gave the shape.
     """
 
     balance: Balance
@@ -74,6 +77,7 @@ class Arrangement:
     order: tuple[int, ...]
     weighted: bool
     on_gpu: bool
+    face: str = "wide"
 
     @property
     def weights(self) -> tuple[float, ...]:
@@ -128,9 +132,10 @@ class Arrangement:
         return {"balance": self.balance.mode, "mps": self.mps_everywhere, "ranks_per_gpu": self.ranks_per_gpu}
 
     def attributes(self, layout: Layout) -> dict:
-        """``/config`` attributes: the weights and order of the grid, and the block sizes of ``layout``."""
+        """``/config`` attributes: the grid's face, the weights and order of the grid, and the block sizes of
+        ``layout``."""
         sizes = layout.block_sizes()
-        return {"rank_weights": list(self.weights), "grid_order": list(self.order),
+        return {"grid_face": self.face, "rank_weights": list(self.weights), "grid_order": list(self.order),
                 **{f"block_{axis}": list(sizes[axis]) for axis in ("rows", "cols", "a_k", "b_k")}}
 
 
@@ -189,8 +194,9 @@ def arrangement_for(balance: Balance, mps: tuple[MpsState, ...], shape: tuple[in
     """
     size = len(balance.weights)
     usual = choose_grid(size, grid, face)
+    chosen = "given" if grid is not None else face
     weighted = len(set(balance.weights)) > 1
     if not weighted:
-        return Arrangement(balance, tuple(mps), usual, tuple(range(size)), False, on_gpu)
+        return Arrangement(balance, tuple(mps), usual, tuple(range(size)), False, on_gpu, chosen)
     fit = fit_grid(*shape, balance.weights, preferred=usual, fixed_shape=grid is not None)
-    return Arrangement(balance, tuple(mps), fit.grid, fit.order, True, on_gpu)
+    return Arrangement(balance, tuple(mps), fit.grid, fit.order, True, on_gpu, chosen)

@@ -211,6 +211,7 @@ def test_grid_orientation_turns_the_default_grid(mpiexec, tmp_path, face, ranks,
     assert proc.returncode == 0, proc.stdout
     with h5py.File(out, "r") as f:
         assert f["config"].attrs["grid"] == grid and f["config"].attrs["grid_orientation"] == face
+        assert f["config"].attrs["grid_face"] == ("wide" if face == "auto" else face)  # auto on CPUs: wide
         assert bool(f["summary"].attrs["verified"])
 
 

@@ -136,3 +136,6 @@ def test_arrange_sees_its_gpus_shared(monkeypatch, dtype, grid):
     backend = types.SimpleNamespace(on_gpu=True, device_id=0)
     arr = arrangement.arrange(_FourRanksOfOneGpu(), "n1", backend, RunConfig(dtype=dtype), (64, 64, 64))
     assert arr.grid == grid
+    assert arr.attributes(arr.layout(64, 64, 64))["grid_face"] == ("row" if dtype == "float64" else "wide")
+    given = arrangement.arrange(_FourRanksOfOneGpu(), "n1", backend, RunConfig(dtype=dtype, grid=(4, 1)), (64, 64, 64))
+    assert given.grid == Grid(4, 1) and given.face == "given"
