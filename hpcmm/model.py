@@ -26,7 +26,8 @@ grid, the placement of ranks on nodes, the panel and prefetch, and a
   on a CPU everything blocks the host;
 * the GEMM rate by local shape (a fitted curve per type, plus the pass over C
   that ``beta = 1`` costs; symmetric in m and n, so it does not see the C block's face that
-  :mod:`hpcmm.grid_orientation` turns by), ranks that share a device share its rate;
+  :mod:`hpcmm.grid_orientation` turns by), ranks that share a device share its rate (time-sliced,
+  ``shared_device_efficiency``; as clients of an MPS server, ``mps_device_efficiency``);
 * links are shared: pulls from one source device share its port, broadcasts
   through one NIC share it, staged transfers share the host's MPI.
 
@@ -157,6 +158,10 @@ class Machine:
         Whether the MPI takes device buffers (``mpi``) or hpcmm stages (``staged``).
     shared_device_efficiency : float
         Rate kept when several ranks time-slice one device.
+    mps_device_efficiency : float
+        Rate kept when several ranks share one device as clients of an MPS server (their kernels
+        run side by side): 1.0 by the runs of docs/benchmarks.md, where 3, 5 and 8 ranks on 2 GPUs
+        under MPS ran at 101–107 % of 2 ranks.
     host_step_us : float
         Host time of one channel's fetch call (Python, MPI bookkeeping).
     accumulate_passes : float
@@ -193,6 +198,7 @@ class Machine:
     cuda_aware: bool = True
     shared_mpi_us: float = 0.0
     shared_device_efficiency: float = 0.85
+    mps_device_efficiency: float = 1.0
     host_step_us: float = 25.0
     accumulate_passes: float = 2.0
 
@@ -204,7 +210,7 @@ class Machine:
                 raise InputError(f"machine {self.name}: {name}={getattr(self, name)} must be at least 1")
         for name in ("memory_gbps", "intra_gbps", "local_gbps", "net_gbps", "staged_gbps",
                      "staged_host_gbps", "host_copy_gbps", "staged_chunk_bytes", "shared_device_efficiency",
-                     "bcast_efficiency", "staged_bcast_efficiency"):
+                     "mps_device_efficiency", "bcast_efficiency", "staged_bcast_efficiency"):
             if not getattr(self, name) > 0:
                 raise InputError(f"machine {self.name}: {name}={getattr(self, name)} must be positive")
         if self.device not in ("gpu", "cpu"):
@@ -506,7 +512,7 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
             ranks_per_host: int | None = None, grid: tuple[int, int] | None = None,
             panel: int | None = None, prefetch: int = 1, algo: str = "summa",
             cuda_aware: bool | None = None, step_order: str = "auto", balance: str = "share",
-            orientation: str = "auto") -> Prediction:
+            orientation: str = "auto", mps: bool = False) -> Prediction:
     """Predict one product.  See the module docstring for what is modelled.
 
     Parameters
@@ -537,6 +543,9 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     orientation : str
         ``HPCMM_GRID_ORIENTATION``: which way the default grid faces (:mod:`hpcmm.grid_orientation`;
         ``auto``: by type, as the run).
+    mps : bool
+        Whether ranks that share a device run as clients of an MPS server (the machine's
+        ``mps_device_efficiency``) or time-slice it (``shared_device_efficiency``).
     """
     if balance not in ("share", "none"):
         raise InputError(f"balance={balance!r}: the model lays out share or none")
@@ -547,18 +556,18 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     if algo == "auto":
         options = [predict(problem, ranks, machine, ranks_per_node=ranks_per_node, ranks_per_host=ranks_per_host,
                            grid=grid, panel=panel, prefetch=prefetch, algo=a, cuda_aware=cuda_aware,
-                           step_order=step_order, balance=balance, orientation=orientation)
+                           step_order=step_order, balance=balance, orientation=orientation, mps=mps)
                    for a in _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host)]
         feasible = [p for p in options if math.isfinite(p.seconds)]
         return min(feasible or options, key=lambda p: p.seconds)
     if algo.startswith("2.5d"):
         return _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch,
-                            cuda_aware, step_order, orientation)
+                            cuda_aware, step_order, orientation, mps)
     if algo not in ("summa", "split-relay"):
         raise InputError(f"--algo={algo!r}: expected one of summa, split-relay, 2.5d, 2.5d:C, auto")
     return _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid, panel, prefetch, algo,
                      machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order,
-                     balance=balance, orientation=orientation)
+                     balance=balance, orientation=orientation, mps=mps)
 
 
 def _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host):
@@ -612,7 +621,7 @@ def _shared_layout(problem, grid: Grid, pl: Placement, on_gpu: bool, fixed_shape
 
 
 def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shape, panel, prefetch, algo,
-              cuda_aware, notes=(), step_order="auto", balance="share", orientation="auto"):
+              cuda_aware, notes=(), step_order="auto", balance="share", orientation="auto", mps=False):
     on_gpu = machine.device == "gpu"
     isz = problem.itemsize
     pl = place(ranks, machine, ranks_per_node, ranks_per_host)
@@ -658,7 +667,8 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     ring_ch = {op: max(ring, 2) if any((roles[key].bcast.any()) for key in roles if key[0] == op) else ring
                for op in ("A", "B")}
 
-    share = np.where(pl.sharers > 1, pl.sharers / machine.shared_device_efficiency, 1.0)
+    share = np.where(pl.sharers > 1, pl.sharers / _sharing_efficiency(machine, mps), 1.0)
+    turns = 0.0 if mps else 1.0  # MPS clients of one device run side by side: no context waits its turn
     gemm = np.stack([np.where(has[:, i], machine.gemm_seconds(m_loc, n_loc, widths[:, i], problem.dtype, i > 0), 0.0)
                      * share for i in range(S)], axis=1) if S else np.zeros((P, 0))
 
@@ -744,7 +754,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                         # Every chunk, root and receivers wait on the host for a copy of their
                         # device; time-sliced by S ranks, that copy runs in its context's turn,
                         # after the other S - 1 contexts' work (as a CUDA-aware round does below).
-                        others = _group_max(pl.sharers.astype(float), ro.comm, ro.bcast) - 1
+                        others = (_group_max(pl.sharers.astype(float), ro.comm, ro.bcast) - 1) * turns
                         chunks = np.ceil(size / float(machine.staged_chunk_bytes))
                         end = end + chunks * others * machine.shared_mpi_us * 1e-6
                 if on_gpu and not staged:
@@ -752,7 +762,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                     # time-sliced by S ranks it runs only in its context's turn, after the other
                     # S - 1 contexts' work; the device runs one context at a time, so the GEMMs
                     # of the ranks in the broadcast lose that time too.
-                    others = _group_max(pl.sharers.astype(float), ro.comm, ro.bcast) - 1
+                    others = (_group_max(pl.sharers.astype(float), ro.comm, ro.bcast) - 1) * turns
                     rounds = np.ceil(np.log2(np.maximum(ro.bcast_size, 2)))
                     lost = rounds * others * machine.shared_mpi_us * 1e-6
                     end = end + lost
@@ -877,6 +887,11 @@ def memory_bytes(problem: Problem, grid: Grid, panel: int, ring: int, relayout: 
     return (blocks + ring * panel * (ld_a + ld_bc) + scratch) * problem.itemsize
 
 
+def _sharing_efficiency(machine: Machine, mps: bool) -> float:
+    """The rate a device keeps for the ranks that share it: as MPS clients, or time-sliced."""
+    return machine.mps_device_efficiency if mps else machine.shared_device_efficiency
+
+
 def _fits(problem, grid, panel, prefetch, machine, sharers: int, extra: int = 0) -> bool:
     ring = ring_depth(prefetch, spans_nodes=True)  # the deepest a channel keeps
     # The GEMM orders of a GPU run of this type (tf32 re-lays its A panels out: gemm_orders).
@@ -886,7 +901,7 @@ def _fits(problem, grid, panel, prefetch, machine, sharers: int, extra: int = 0)
     return need <= machine.memory_gib * 2**30
 
 
-def _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn) -> Machine:
+def _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn, mps=False) -> Machine:
     """The layer's machine with the GEMM rate its ranks really get.
 
     A layer is simulated on ``1/c`` of a node's devices; where a node has
@@ -896,7 +911,7 @@ def _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn
     layer's share over the real one (:func:`place` counts both).
     """
     def share(s: int) -> float:
-        return s / machine.shared_device_efficiency if s > 1 else 1.0
+        return s / _sharing_efficiency(machine, mps) if s > 1 else 1.0
 
     real = int(place(ranks, machine, ranks_per_node, per_host).sharers.max())
     layer = int(place(ranks // c, sliced, rpn, per_host // c).sharers.max())
@@ -907,7 +922,7 @@ def _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn
 
 
 def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, panel, prefetch, cuda_aware,
-                 step_order="auto", orientation="auto"):
+                 step_order="auto", orientation="auto", mps=False):
     """2.5D with k cut over ``c`` layers inside each node (``run --algo 2.5d:C``, :mod:`hpcmm.layered`).
 
     Each layer runs hpcmm's SUMMA on (m, n, k/c) over ranks/c ranks, using the
@@ -922,7 +937,7 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
     node = ranks_per_node or per_host
     if algo == "2.5d":
         options = [_predict_25d(problem, ranks, machine, f"2.5d:{c}", ranks_per_node, ranks_per_host, panel,
-                                prefetch, cuda_aware, step_order, orientation)
+                                prefetch, cuda_aware, step_order, orientation, mps)
                    for c in (2, 4, 8) if node % c == 0 and ranks % c == 0]
         if not options:
             raise InputError(f"--algo=2.5d: no layer count of 2, 4, 8 divides the {node} ranks of each node")
@@ -937,12 +952,12 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
     sliced = machine.replace(devices_per_node=max(1, machine.devices_per_node // c),
                              nics_per_node=max(1, machine.nics_per_node // c))
     rpn = node // c
-    sliced = _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn)
+    sliced = _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn, mps)
     # 2.5D layers take near-equal blocks in launch order (hpcmm.run), each layer on MPI.Compute_dims's grid
     # turned as summa's on the same nodes (hpcmm.layered): a layer's nodes are the job's.
     pred = _simulate(sub, ranks // c, sliced, rpn, per_host // c, None, panel, prefetch, "summa",
                      machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order,
-                     balance="none", orientation=orientation)
+                     balance="none", orientation=orientation, mps=mps)
     rows, cols = (int(x) for x in pred.grid.split("x"))
     block = -(-problem.m // rows) * -(-problem.n // cols) * problem.itemsize
     reduce = 0.0
@@ -1090,6 +1105,8 @@ def add_model_parser(sub, argtype_int) -> None:
     p.add_argument("--balance", choices=("share", "none"), default="share",
                    help="the run's --balance: share (the default: weighted blocks where ranks share GPUs "
                         "unevenly) or none (equal blocks)")
+    p.add_argument("--mps", choices=("yes", "no"), default="no",
+                   help="ranks that share a GPU run under an MPS daemon (yes) or time-slice it (no)")
     p.add_argument("--step-order", choices=("auto", "common"), default="auto",
                    help="the run's HPCMM_STEP_ORDER: auto (each rank its own order on one node) or common")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
@@ -1132,7 +1149,7 @@ def model_main(ns, comm=None) -> int:
         aware = None if ns.cuda_aware is None else ns.cuda_aware == "yes"
         pred = predict(prob, ns.ranks, machine, ranks_per_node=ns.ranks_per_node, ranks_per_host=ns.ranks_per_host,
                        grid=_parse_grid(ns.grid), panel=ns.panel, prefetch=ns.prefetch, algo=ns.algo,
-                       cuda_aware=aware, step_order=ns.step_order, balance=ns.balance)
+                       cuda_aware=aware, step_order=ns.step_order, balance=ns.balance, mps=ns.mps == "yes")
         text = json.dumps(pred.as_dict(), indent=2) if ns.json else describe(prob, pred, machine)
     if rank == 0:
         print(text)
@@ -1192,7 +1209,7 @@ class CheckRow:
 
 def check_rows(files, machine: Machine) -> list[CheckRow]:
     """Read each results file's problem, placement, algorithm (``/summary`` ``algo``, ``summa`` when
-    absent), step order and balance, and predict it."""
+    absent), step order, balance and MPS state (``/summary`` ``mps``), and predict it."""
     import h5py  # noqa: PLC0415
 
     if not files:
@@ -1217,12 +1234,13 @@ def check_rows(files, machine: Machine) -> list[CheckRow]:
         # equal blocks; a measured or product balance is laid out as its shares would be.
         order = "auto" if cfg.get("step_order_used") == "own-first" else "common"
         balance = "share" if cfg.get("balance", "none") != "none" else "none"
+        mps = bool(summ.get("mps", False))  # the ranks that shared a GPU ran under MPS (files before: no)
         pred = predict(prob, ranks, machine, ranks_per_node=rpn, ranks_per_host=local, grid=grid,
                        panel=int(cfg["panel"]), prefetch=int(cfg["prefetch"]), algo=algo, cuda_aware=aware,
-                       step_order=order, balance=balance)
+                       step_order=order, balance=balance, mps=mps)
         paths = summ.get("paths")
         paths = ",".join(_attr(p) for p in paths) if paths is not None and len(paths) else "-"
-        setup = (prob, ranks, rpn or local, local, int(cfg["prefetch"]), aware)
+        setup = (prob, ranks, rpn or local, local, int(cfg["prefetch"]), aware, mps)
         rows.append(CheckRow(str(path), prob, ranks, rpn or local, algo, paths, float(summ["seconds"]),
                              pred.seconds, setup))
     return rows
@@ -1250,7 +1268,7 @@ def check_table(files, machine: Machine) -> str:
 
 def _label(r: CheckRow) -> str:
     p = r.problem
-    return f"{p.m}x{p.n}x{p.k} {p.dtype} {r.ranks} ranks rpn {r.ranks_per_node}"
+    return f"{p.m}x{p.n}x{p.k} {p.dtype} {r.ranks} ranks rpn {r.ranks_per_node}{' MPS' if r.setup[-1] else ''}"
 
 
 def _repeat_lines(rows) -> list[str]:

@@ -238,6 +238,18 @@ MUTATIONS = {
         "                      shared=False, ranks=comm.Get_size())",
         ["tests/test_grid_orientation.py", "tests/test_arrangement.py"],
     ),
+    "model: MPS clients priced as time-sliced": (
+        "hpcmm/model.py",
+        "    return machine.mps_device_efficiency if mps else machine.shared_device_efficiency",
+        "    return machine.shared_device_efficiency",
+        ["tests/test_model.py"],
+    ),
+    "model check: the file's MPS state ignored": (
+        "hpcmm/model.py",
+        '        mps = bool(summ.get("mps", False))',
+        "        mps = False",
+        ["tests/test_model.py"],
+    ),
     "grid orientation: the model keeps the wide grid": (
         "hpcmm/model.py",
         "    grid = Grid(*grid_shape) if grid_shape else oriented(*compute_dims(ranks), face)",
