@@ -626,8 +626,9 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     isz = problem.itemsize
     pl = place(ranks, machine, ranks_per_node, ranks_per_host)
     nodes = len(np.unique(pl.vnode))  # (virtual) nodes; the balance below reorders ranks, not nodes
-    face = facing(orientation, problem.dtype, on_gpu=on_gpu, nodes=nodes, shared=on_gpu and pl.sharers.max() > 1,
-                  ranks=ranks)
+    sharers = int(pl.sharers.max())  # the most ranks on one device (the balance reorders them too)
+    shared = on_gpu and sharers > 1  # the grid's face and the panel rule both ask
+    face = facing(orientation, problem.dtype, on_gpu=on_gpu, nodes=nodes, shared=shared, ranks=ranks)
     grid = Grid(*grid_shape) if grid_shape else oriented(*compute_dims(ranks), face)
     if grid.size != ranks:
         raise InputError(f"--grid={grid}: {grid.size} ranks, not {ranks}")
@@ -636,8 +637,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
         layout, pl = _shared_layout(problem, grid, pl, on_gpu, fixed_shape=grid_shape is not None)
         grid = layout.grid
     if panel is None:  # the engine's choice: the default width, or the widest narrower one that fits
-        sharers = int(pl.sharers.max())
-        widths = panel_candidates([layout], isz, on_gpu, shared=on_gpu and sharers > 1)
+        widths = panel_candidates([layout], isz, on_gpu, shared=shared)
         panel = next((w for w in widths if _fits(problem, grid, w, prefetch, machine, sharers)), widths[-1])
     if panel > problem.k:
         raise InputError(f"--panel={panel}: wider than k={problem.k}")
@@ -818,9 +818,9 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                 fetch(s + prefetch)
     seconds = float(gend[:, -1].max()) if S else 0.0
     notes = list(notes)
-    if not _fits(problem, grid, panel, prefetch, machine, int(pl.sharers.max())):
+    if not _fits(problem, grid, panel, prefetch, machine, sharers):
         # hpcmm refuses such a problem before it allocates (engine._check_memory)
-        notes.append(f"does not fit: {int(pl.sharers.max())} rank(s) per device need more than "
+        notes.append(f"does not fit: {sharers} rank(s) per device need more than "
                      f"{machine.memory_gib:g} GiB")
         seconds = math.inf
     nic_rate = machine.staged_gbps if staged else machine.net_gbps
