@@ -489,8 +489,23 @@ class GpuBackend(Backend):
             return self.cupy.empty(shape, dtype=dtype, order=order)
 
     def from_host(self, array, order="C"):
+        """A device copy of ``array``, complete when this returns.
+
+        cupy copies on its current stream, which the compute and communication
+        streams do not wait for (both are non-blocking): a GEMM queued on them
+        right after could read the copy before it lands.
+        """
         with self.device:
-            return self.cupy.asarray(np.asarray(array, order=order), order=order)
+            copy = self.cupy.asarray(np.asarray(array, order=order), order=order)
+            self.cupy.cuda.get_current_stream().synchronize()
+        return copy
+
+    def poison(self, array) -> None:
+        """NaN in every element, complete when this returns (as :meth:`from_host`, for any stream after)."""
+        if array.size:
+            with self.device:
+                array.fill(np.nan)
+                self.cupy.cuda.get_current_stream().synchronize()
 
     def to_host(self, array) -> np.ndarray:
         return self.cupy.asnumpy(array)

@@ -170,7 +170,7 @@ def test_one_rank_out_of_memory_at_set_up_fails_every_rank(mpi_tmp_path, where, 
     naming that rank, and none waits in a collective."""
     if P % 2:
         pytest.skip("2 layers need nodes of an even number of ranks")
-    from hpcmm.backend import Backend
+    from hpcmm.backend import Backend, GpuBackend
     from hpcmm.engine import Engine
 
     def out_of_memory(real):
@@ -181,8 +181,10 @@ def test_one_rank_out_of_memory_at_set_up_fails_every_rank(mpi_tmp_path, where, 
         return call
 
     if where == "reduction":  # the first poison of a 2.5D run is the reduction's partial block
-        # on the base class: the same test runs with numpy and, under HPCMM_DEVICE=gpu, with cupy
-        monkeypatch.setattr(Backend, "poison", out_of_memory(Backend.poison))
+        # numpy's (the base class's) and cupy's, which waits for its fill: the same test runs under
+        # HPCMM_DEVICE=gpu
+        for backend in (Backend, GpuBackend):
+            monkeypatch.setattr(backend, "poison", out_of_memory(backend.poison))
     else:
         monkeypatch.setattr(Engine, "_relayout_scratch", out_of_memory(Engine._relayout_scratch))
     cfg = config(mpi_tmp_path, m=16, n=12, k=10, ranks_per_node=2, algo="2.5d:2", verify="none")
