@@ -49,6 +49,7 @@ def main() -> int:
         a = cp.asfortranarray(rng.standard_normal((rows, args.depth)).astype(args.dtype))
         b = rng.standard_normal((args.depth, cols)).astype(args.dtype)
         c = cp.empty((rows, cols), dtype=args.dtype)
+    backend.synchronize()  # the operands, made on cupy's stream, before any GEMM on the compute stream
     steps = [(s, min(s + args.panel, args.depth)) for s in range(0, args.depth, args.panel)]
 
     def product() -> None:
