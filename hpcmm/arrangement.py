@@ -169,7 +169,7 @@ def arrange(comm, host: str, backend, config, shape: tuple[int, int, int], nodes
     states = tuple(comm.allgather(state))
     with collective(comm):  # the same inputs everywhere, so the same verdict
         face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, nodes,
-                      shared=backend.on_gpu and balance.shared, ranks=comm.Get_size())
+                      shared=backend.on_gpu and balance.shared, ranks=comm.Get_size(), n=shape[1])
         return arrangement_for(balance, states, shape, config.grid, backend.on_gpu, face)
 
 

@@ -50,6 +50,10 @@ It stops at :data:`ROW_MOST_RANKS`: one row of P ranks sends each rank (P − 1)
 most square grid sends it a fraction that falls with √P (8 ranks: 0.88 against 0.50; 24: 0.96 against
 0.33), and the cost model (:mod:`hpcmm.model`, the ``h200x8-ndr`` node, float64 16384) has one row of
 24 and 32 ranks on 8 GPUs 29 and 24 % slower than the tall grid; no run here had more than 8 ranks.
+And it needs each rank's strip to keep :data:`ROW_LEAST_COLUMNS` columns of C: 10007 × 6001 × 3001 at 8
+ranks (strips of 750 columns, GEMMs of 10007 × 750) ran 50.52 and 50.59 TFLOP/s on ``1 × 8`` under the
+system and the CUDA-aware MPI, against 66.07 and 65.96 on ``2 × 4`` in the check before (products
+verified); narrower strips take the tall grid.  Between 750 and 2048 columns nothing was measured.
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ import math
 
 from .layout import Grid
 
-__all__ = ["ORIENTATIONS", "ROW_MOST_RANKS", "TALL_KINDS", "default_grid", "facing", "most_square", "oriented"]
+__all__ = ["ORIENTATIONS", "ROW_LEAST_COLUMNS", "ROW_MOST_RANKS", "TALL_KINDS", "default_grid", "facing",
+           "most_square", "oriented"]
 
 #: ``HPCMM_GRID_ORIENTATION``'s values.
 ORIENTATIONS = ("auto", "wide", "tall", "row")
@@ -68,10 +73,14 @@ TALL_KINDS = ("float64",)
 #: The most ranks whose default grid is one process row where they share GPUs (the module's notes):
 #: as far as it was measured.
 ROW_MOST_RANKS = 8
+#: The fewest columns of C in each rank's strip of one process row (the module's notes): 16384 at 8
+#: ranks (strips 2048 wide) ran 10 % faster in one row, 10007 × 6001 × 3001 at 8 ranks (750 wide) 23 %
+#: slower than on the tall grid.
+ROW_LEAST_COLUMNS = 2048
 
 
 def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True, nodes: int = 1,
-           shared: bool = False, ranks: int | None = None) -> str:
+           shared: bool = False, ranks: int | None = None, n: int | None = None) -> str:
     """``"wide"``, ``"tall"`` or ``"row"``: which way the default grid of this run faces.
 
     Parameters
@@ -89,6 +98,9 @@ def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True
     ranks : int, optional
         The ranks of the grid: one row for shared GPUs takes at most :data:`ROW_MOST_RANKS`
         (unlimited where not given).
+    n : int, optional
+        The columns of C: one row for shared GPUs needs strips of at least :data:`ROW_LEAST_COLUMNS`
+        columns, ``n // ranks`` (any width where either is not given).
 
     Examples
     --------
@@ -102,6 +114,8 @@ def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True
     ('row', 'wide')
     >>> facing("auto", "float64", shared=True, ranks=8), facing("auto", "float64", shared=True, ranks=16)
     ('row', 'tall')
+    >>> facing("auto", "float64", shared=True, ranks=8, n=16384), facing("auto", "float64", shared=True, ranks=8, n=6001)
+    ('row', 'tall')
     """
     if orientation not in ORIENTATIONS:
         raise ValueError(f"grid orientation {orientation!r}: expected one of {', '.join(ORIENTATIONS)}")
@@ -110,7 +124,10 @@ def facing(orientation: str, dtype: str, tf32: bool = False, on_gpu: bool = True
     kind = "tf32" if tf32 else dtype
     if not (on_gpu and nodes == 1 and kind in TALL_KINDS):
         return "wide"
-    return "row" if shared and (ranks is None or ranks <= ROW_MOST_RANKS) else "tall"
+    if not shared or ranks is not None and ranks > ROW_MOST_RANKS:
+        return "tall"
+    narrow = ranks is not None and n is not None and n // ranks < ROW_LEAST_COLUMNS
+    return "tall" if narrow else "row"
 
 
 def oriented(rows: int, cols: int, face: str) -> Grid:
@@ -137,12 +154,12 @@ def most_square(size: int) -> tuple[int, int]:
 
 
 def default_grid(size: int, dtype: str = "float64", tf32: bool = False, on_gpu: bool = True, nodes: int = 1,
-                 orientation: str = "auto", shared: bool = False) -> Grid:
+                 orientation: str = "auto", shared: bool = False, n: int | None = None) -> Grid:
     """The grid a run of ``size`` ranks takes without ``--grid`` or weights (scripts that size a product by it).
 
     >>> default_grid(8), default_grid(8, on_gpu=False), default_grid(8, nodes=2), default_grid(8, shared=True)
     (Grid(rows=2, cols=4), Grid(rows=4, cols=2), Grid(rows=4, cols=2), Grid(rows=1, cols=8))
-    >>> default_grid(16, shared=True)
-    Grid(rows=4, cols=4)
+    >>> default_grid(16, shared=True), default_grid(8, shared=True, n=8192)
+    (Grid(rows=4, cols=4), Grid(rows=2, cols=4))
     """
-    return oriented(*most_square(size), facing(orientation, dtype, tf32, on_gpu, nodes, shared, size))
+    return oriented(*most_square(size), facing(orientation, dtype, tf32, on_gpu, nodes, shared, size, n))

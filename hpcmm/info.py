@@ -74,7 +74,7 @@ def _turned_note(config: RunConfig, facts: dict) -> str:
     rows, cols = (int(x) for x in facts["grid"].split("x"))
     shared = on_gpu and bool(facts.get("oversubscribed"))  # a host with more ranks than GPUs
     turned = {kind: oriented(rows, cols, facing(config.grid_orientation, kind, on_gpu=on_gpu, nodes=facts["nodes"],
-                                                shared=shared, ranks=rows * cols))
+                                                shared=shared, ranks=rows * cols, n=config.n))
               for kind in ("float64", "float32")}
     notes = [f"{kind} runs take {grid}" for kind, grid in turned.items() if (grid.rows, grid.cols) != (rows, cols)]
     return f"; {', '.join(notes)} (HPCMM_GRID_ORIENTATION={config.grid_orientation})" if notes else ""

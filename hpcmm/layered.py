@@ -96,7 +96,7 @@ class LayeredEngine:
         # that one layer is summa block for block.
         shared = gpus_shared(topo, backend)
         face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, topo.vnode_count, shared,
-                      layers.layer_size)
+                      layers.layer_size, n)
         self.layer_grid = choose_grid(layers.layer_size, None, face)
         self.layout = LayeredLayout(m, n, k, layers, self.layer_grid)
         self.panel_auto = config.panel is None

@@ -628,7 +628,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     nodes = len(np.unique(pl.vnode))  # (virtual) nodes; the balance below reorders ranks, not nodes
     sharers = int(pl.sharers.max())  # the most ranks on one device (the balance reorders them too)
     shared = on_gpu and sharers > 1  # the grid's face and the panel rule both ask
-    face = facing(orientation, problem.dtype, on_gpu=on_gpu, nodes=nodes, shared=shared, ranks=ranks)
+    face = facing(orientation, problem.dtype, on_gpu=on_gpu, nodes=nodes, shared=shared, ranks=ranks, n=problem.n)
     grid = Grid(*grid_shape) if grid_shape else oriented(*compute_dims(ranks), face)
     if grid.size != ranks:
         raise InputError(f"--grid={grid}: {grid.size} ranks, not {ranks}")

@@ -222,21 +222,33 @@ MUTATIONS = {
     ),
     "grid orientation: shared GPUs keep the tall grid": (
         "hpcmm/grid_orientation.py",
-        '    return "row" if shared and (ranks is None or ranks <= ROW_MOST_RANKS) else "tall"',
+        '    return "tall" if narrow else "row"',
         '    return "tall"',
         ["tests/test_grid_orientation.py"],
     ),
     "grid orientation: one row for any number of ranks": (
         "hpcmm/grid_orientation.py",
-        '    return "row" if shared and (ranks is None or ranks <= ROW_MOST_RANKS) else "tall"',
-        '    return "row" if shared else "tall"',
+        "    if not shared or ranks is not None and ranks > ROW_MOST_RANKS:",
+        "    if not shared:",
+        ["tests/test_grid_orientation.py"],
+    ),
+    "grid orientation: one row however narrow the strips": (
+        "hpcmm/grid_orientation.py",
+        "    narrow = ranks is not None and n is not None and n // ranks < ROW_LEAST_COLUMNS",
+        "    narrow = False",
         ["tests/test_grid_orientation.py"],
     ),
     "grid orientation: the run does not see its GPUs shared": (
         "hpcmm/arrangement.py",
-        "                      shared=backend.on_gpu and balance.shared, ranks=comm.Get_size())",
-        "                      shared=False, ranks=comm.Get_size())",
+        "                      shared=backend.on_gpu and balance.shared, ranks=comm.Get_size(), n=shape[1])",
+        "                      shared=False, ranks=comm.Get_size(), n=shape[1])",
         ["tests/test_grid_orientation.py", "tests/test_arrangement.py"],
+    ),
+    "grid orientation: the run does not pass C's columns": (
+        "hpcmm/arrangement.py",
+        "                      shared=backend.on_gpu and balance.shared, ranks=comm.Get_size(), n=shape[1])",
+        "                      shared=backend.on_gpu and balance.shared, ranks=comm.Get_size())",
+        ["tests/test_grid_orientation.py"],
     ),
     "model: MPS clients priced as time-sliced": (
         "hpcmm/model.py",

@@ -51,7 +51,8 @@ def usual_grid(ranks_per_node: int | None = None) -> Grid:
     on_gpu = DEVICE != "cpu" and gpu_count() > 0
     nodes = 1 if ranks_per_node is None or ranks_per_node >= P else -(-P // ranks_per_node)
     shared = on_gpu and P > gpu_count()
-    return choose_grid(P, None, facing("auto", "float64", on_gpu=on_gpu, nodes=nodes, shared=shared, ranks=P))
+    return choose_grid(P, None, facing("auto", "float64", on_gpu=on_gpu, nodes=nodes, shared=shared, ranks=P,
+                                       n=shape()[1]))
 
 
 def shape() -> tuple[int, int, int]:
