@@ -90,6 +90,11 @@ class GemmCurve:
         The extent at which that dimension alone halves the rate.
     launch_us : float
         Fixed cost of one call.
+    shapes : tuple of (m, n, w, share)
+        Measured local shapes: C block m×n in steps of depth w ran at ``share`` of ``tflops``, the pass
+        over C included.  Such a shape takes its measured rate instead of the curve's, which has one
+        term per dimension and cannot tell a tall block from a wide one of the same area (on one H200,
+        float64, 8192×4096 ran 11 % slower than 16384×2048, docs/scaling.md).
     """
 
     tflops: float
@@ -98,6 +103,17 @@ class GemmCurve:
     half_k: float = 64.0
     launch_us: float = 8.0
     unaligned: float = 1.0
+    shapes: tuple = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shapes", tuple(tuple(float(x) for x in row) for row in self.shapes))
+
+    def measured_share(self, m, n, w):
+        """The measured share of ``tflops`` for each (m, n, w), NaN where the shape was not measured."""
+        share = np.full(np.broadcast(m, n, w).shape, np.nan)
+        for sm, sn, sw, value in self.shapes:
+            share = np.where((m == sm) & (n == sn) & (w == sw), value, share)
+        return share
 
     def factor(self, m, n, itemsize: int):
         """Rate factor: cuBLAS runs slower when a leading dimension is not a multiple of 16 bytes."""
@@ -233,11 +249,14 @@ class Machine:
         m, n, w = (np.asarray(x, dtype=float) for x in (m, n, w))
         flops = product_flops(m, n, w, dtype)
         eff = (m / (m + c.half_m)) * (n / (n + c.half_n)) * (w / (w + c.half_k)) * c.factor(m, n, ITEMSIZE[dtype])
+        measured = c.measured_share(m, n, w)
+        eff = np.where(np.isnan(measured), eff, measured)
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(flops > 0, flops / (c.tflops * 1e12 * np.maximum(eff, 1e-300)),
                                0.0)
         passes = np.where(accumulate, self.accumulate_passes, 1.0)
-        memory = passes * m * n * ITEMSIZE[dtype] / (self.memory_gbps * 1e9)
+        # a measured shape's rate has its passes over C in it
+        memory = np.where(np.isnan(measured), passes * m * n * ITEMSIZE[dtype] / (self.memory_gbps * 1e9), 0.0)
         return np.where(m * n > 0, c.launch_us * 1e-6 + compute + memory, 0.0)
 
 
