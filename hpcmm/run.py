@@ -215,8 +215,9 @@ def _balance_by_product(launch, backend, config: RunConfig, shape, arrangement: 
         return arrangement
     balance = dataclasses.replace(arrangement.balance, weights=weights_for("product", arrangement.balance.devices,
                                                                           rates), rates=rates)
+    face = "wide" if arrangement.face == "given" else arrangement.face  # config.grid decides where given
     with collective(launch.comm):  # the same inputs everywhere, so the same verdict
-        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu)
+        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu, face)
 
 
 def _layout(topo, config: RunConfig, shape: tuple[int, int, int], arrangement: Arrangement) -> Layout:

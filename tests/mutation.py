@@ -250,6 +250,12 @@ MUTATIONS = {
         "                      shared=backend.on_gpu and balance.shared, ranks=comm.Get_size())",
         ["tests/test_grid_orientation.py"],
     ),
+    "balance product: the re-laid grid forgets the run's face": (
+        "hpcmm/run.py",
+        "        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu, face)",
+        "        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu)",
+        ["tests/test_mpi_suite.py"],
+    ),
     "model: measured GEMM shapes ignored": (
         "hpcmm/model.py",
         "        eff = np.where(np.isnan(measured), eff, measured)",

@@ -185,6 +185,26 @@ def test_product_rates_decide_the_blocks(mpi_tmp_path, monkeypatch):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_product_balance_keeps_the_face_of_the_grid(mpi_tmp_path, monkeypatch):
+    """The blocks ``product`` lays out again face as the run's grid did (``tall`` here, set), not as
+    ``MPI.Compute_dims`` gives it (at 2 and 3 ranks the two differ)."""
+    import importlib
+
+    from hpcmm.grid_orientation import most_square, oriented
+
+    run_module = importlib.import_module("hpcmm.run")  # the module (hpcmm.run is also the function's name)
+    monkeypatch.setattr(run_module, "product_rate", lambda flops, seconds: 1e9)  # equal rates: the usual grid
+    run(mpi_tmp_path, "faced", balance="product", grid_orientation="tall")
+
+    def check():
+        with h5py.File(mpi_tmp_path / "faced.h5", "r") as f:
+            grid, face = str(f["config"].attrs["grid"]), str(f["config"].attrs["grid_face"])
+        assert (grid, face) == (str(oriented(*most_square(P), "tall")), "tall"), (grid, face)
+
+    on_rank0(check)
+
+
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("seconds, most, measured", [(0.0, 32, 1), (1e9, 3, 3)])
 def test_product_balance_measures_products_for_its_time(mpi_tmp_path, monkeypatch, seconds, most, measured):
     """After its warm-up, ``product`` measures products until its time has passed (at least one, at
