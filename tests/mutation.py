@@ -254,7 +254,7 @@ MUTATIONS = {
         "hpcmm/run.py",
         "        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu, face)",
         "        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu)",
-        ["tests/test_mpi_suite.py"],
+        ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
     ),
     "model: measured GEMM shapes ignored": (
         "hpcmm/model.py",
