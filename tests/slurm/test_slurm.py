@@ -956,24 +956,28 @@ def test_scripts_share_one_common_part():
     ("gpu", 2, "float64", 4, False), ("gpu", 1, "float64", 2, "row"), ("gpu", 1, "float32", 2, False)])
 def test_scaling_grid_is_hpcmms(script, device, nodes, dtype, gpus, turned):
     """The scaling script's grid is MPI_Dims_create's for 1 to 64 ranks, turned (rows <= columns) where hpcmm
-    turns it: float64 on the GPUs of one node, and one process row where its ranks outnumber the node's GPUs."""
+    turns it: float64 on the GPUs of one node, and one process row where its ranks outnumber the node's GPUs
+    and each keeps ROW_LEAST_COLUMNS columns of C (narrower strips: the turned grid)."""
     from mpi4py import MPI
 
-    from hpcmm.grid_orientation import ROW_MOST_RANKS
+    from hpcmm.grid_orientation import ROW_LEAST_COLUMNS, ROW_MOST_RANKS
 
     text = (JOBS_DIR / script).read_text()
     function = re.search(r"^hpcmm_grid\(\) \{.*?^\}$", text, re.S | re.M).group(0)
     python = sys.executable
     counts = [*range(1, 17), 24, 30, 32, 48, 64]
-    loop = f'\npython={python}\nfor p in {" ".join(map(str, counts))}; do hpcmm_grid "$p" {nodes} {dtype} "$p" {gpus}; done'
     env = {**os.environ, "HPCMM_DEVICE": device, "PYTHONPATH": str(JOBS_DIR.parent)}
     env.pop("HPCMM_GRID_ORIENTATION", None)
-    proc = run(["bash", "-c", function + loop], timeout=60, env=env)
     dims = [MPI.Compute_dims(p, 2) for p in counts]
-    row = [turned == "row" and gpus < p <= ROW_MOST_RANKS for p in counts]  # one process row, as far as measured
-    expected = [f"1x{p}" if in_row else f"{min(d)}x{max(d)}" if turned else f"{d[0]}x{d[1]}"
-                for p, d, in_row in zip(counts, dims, row)]
-    assert proc.stdout.split() == expected, proc.stderr
+    for strip in (ROW_LEAST_COLUMNS, ROW_LEAST_COLUMNS - 1):  # each rank's columns of C on one row
+        loop = (f'\npython={python}\nfor p in {" ".join(map(str, counts))}; '
+                f'do hpcmm_grid "$p" {nodes} {dtype} "$p" {gpus} $((p * {strip})); done')
+        proc = run(["bash", "-c", function + loop], timeout=60, env=env)
+        # one process row, as far as measured
+        row = [turned == "row" and gpus < p <= ROW_MOST_RANKS and strip >= ROW_LEAST_COLUMNS for p in counts]
+        expected = [f"1x{p}" if in_row else f"{min(d)}x{max(d)}" if turned else f"{d[0]}x{d[1]}"
+                    for p, d, in_row in zip(counts, dims, row)]
+        assert proc.stdout.split() == expected, (strip, proc.stderr)
 
 
 def test_no_script_uses_an_hpcmm_name_hpcmm_does_not_know():
