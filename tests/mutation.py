@@ -256,6 +256,19 @@ MUTATIONS = {
         "        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu)",
         ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
     ),
+    "backend: from_host returns before its copy lands": (
+        "hpcmm/backend.py",
+        "            copy = self.cupy.asarray(np.asarray(array, order=order), order=order)\n"
+        "            self.cupy.cuda.get_current_stream().synchronize()\n",
+        "            copy = self.cupy.asarray(np.asarray(array, order=order), order=order)\n",
+        ["tests/test_backend_streams.py"],
+    ),
+    "backend: poison returns before its fill lands": (
+        "hpcmm/backend.py",
+        "                array.fill(np.nan)\n                self.cupy.cuda.get_current_stream().synchronize()\n",
+        "                array.fill(np.nan)\n",
+        ["tests/test_backend_streams.py"],
+    ),
     "model: measured GEMM shapes ignored": (
         "hpcmm/model.py",
         "        eff = np.where(np.isnan(measured), eff, measured)",
