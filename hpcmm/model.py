@@ -1133,6 +1133,10 @@ def add_model_parser(sub, argtype_int) -> None:
                    help="measure: `bench transport` file(s) for the links (several pairs at once: staged-xK rows)")
     p.add_argument("--dtypes", default=None, help="measure: types of the GEMM sweep (default float64,float32)")
     p.add_argument("--save", metavar="FILE.json", help="measure: where to write the description")
+    p.add_argument("--shapes", default=None, metavar="MxNxW[,MxNxW...]",
+                   help="measure: C blocks (M x N, in steps of depth W) to time exactly beside the sweep, as a "
+                        "run's ranks hold them; each takes its measured rate in the description (the curve "
+                        "cannot tell a tall block from a wide one of the same area)")
     p.add_argument("--sweep-seconds", type=float, default=None, metavar="S",
                    help="measure: seconds each GEMM shape runs back to back (default 0.3 on a GPU, 0.02 on a "
                         f"CPU; the whole sweep stays within {SWEEP_BUDGET_SECONDS:g} s)")
@@ -1148,6 +1152,26 @@ def _parse_grid(text):
     except ValueError:
         raise InputError(f"--grid={text!r}: expected PRxPC, e.g. 2x4") from None
     return r, c
+
+
+def parse_shapes(text: str | None) -> list[tuple[int, int, int]]:
+    """``model measure --shapes``: ``"MxNxW,..."`` as (m, n, w) triples of positive integers.
+
+    >>> parse_shapes("8192x4096x2048, 16384X2048x2048"), parse_shapes(None)
+    ([(8192, 4096, 2048), (16384, 2048, 2048)], [])
+    """
+    shapes = []
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        try:
+            m, n, w = (int(x) for x in item.strip().lower().split("x"))
+        except ValueError:
+            raise InputError(f"--shapes: {item.strip()!r} is not MxNxW (e.g. 8192x4096x2048)") from None
+        if min(m, n, w) < 1:
+            raise InputError(f"--shapes: {item.strip()!r} has an extent below 1")
+        shapes.append((m, n, w))
+    return shapes
 
 
 def model_main(ns, comm=None) -> int:
@@ -1379,6 +1403,7 @@ def measure_main(ns, comm) -> int:
 
     if not ns.save:
         raise InputError("model measure: --save FILE.json is required")
+    exact_shapes = parse_shapes(getattr(ns, "shapes", None))  # before any work: a bad one ends the command here
     from mpi4py import MPI  # noqa: PLC0415
 
     comm = comm or MPI.COMM_WORLD
@@ -1393,6 +1418,7 @@ def measure_main(ns, comm) -> int:
             if t not in ITEMSIZE or t == "bfloat16":
                 raise InputError(f"--dtypes: {t!r} cannot be measured here (have {', '.join(ITEMSIZE)} but bfloat16)")
         samples = {t: [] for t in dtypes}
+        exact = {t: [] for t in dtypes}
         shapes = _sweep_shapes(backend.on_gpu)
         kind = "gpu" if backend.on_gpu else "cpu"
         per_shape = getattr(ns, "sweep_seconds", None) or SWEEP_SECONDS[kind]
@@ -1406,6 +1432,9 @@ def measure_main(ns, comm) -> int:
             for m, n, w in shapes:
                 for acc in (False, True):
                     samples[t].append((m, n, w, acc, _time_gemm(backend, comm, m, n, w, t, acc, per_shape)))
+            # a run's own blocks, accumulating as all but a product's first step do
+            for m, n, w in exact_shapes:
+                exact[t].append((m, n, w, _time_gemm(backend, comm, m, n, w, t, True, per_shape)))
         mem = _time_copy(backend, comm)
         sharers = _sharers(backend, node)
         if comm.Get_rank() == 0:  # the raw sweep, for the log: what the fitted curves rest on
@@ -1413,12 +1442,16 @@ def measure_main(ns, comm) -> int:
                 for m, n, w, acc, sec in rows:
                     print(f"sweep {t} m={m} n={n} w={w} beta={int(acc)} {sec * 1e3:.4f} ms "
                           f"{product_flops(m, n, w, t if t != 'tf32' else 'float32') / sec / 1e12:.1f} TFLOP/s")
+            for t, rows in exact.items():
+                for m, n, w, sec in rows:
+                    print(f"shape {t} m={m} n={n} w={w} beta=1 {sec * 1e3:.4f} ms "
+                          f"{product_flops(m, n, w, t if t != 'tf32' else 'float32') / sec / 1e12:.1f} TFLOP/s")
     finally:
         backend.close()
         node.Free()
     if comm.Get_rank() == 0:
         base = load_machine(ns.machine) if ns.machine else None
-        desc = _describe_measured(base, backend.on_gpu, samples, mem, sharers, ns.transport, comm.Get_size())
+        desc = _describe_measured(base, backend.on_gpu, samples, mem, sharers, ns.transport, comm.Get_size(), exact)
         tmp = ns.save + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(desc.to_json() + "\n")
@@ -1601,7 +1634,7 @@ def _read_transport(spec: str) -> tuple[dict, dict]:
     return links, staged
 
 
-def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, ranks) -> Machine:
+def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, ranks, exact=None) -> Machine:
     passes = 2.0 if on_gpu else 4.0
     # A device shared by several ranks during the sweep: its own rate is the ranks' sum.
     gemm = {}
@@ -1609,7 +1642,11 @@ def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, rank
         curve = fit_gemm_curve(rows, t, mem_gbps / sharers, passes)
         # The sweep's shapes are all aligned: the penalty of odd leading dimensions stays the base's.
         odd = base.gemm[t].unaligned if base is not None and t in base.gemm else 1.0
-        gemm[t] = dataclasses.replace(curve, tflops=curve.tflops * sharers, unaligned=odd)
+        # --shapes: each block's rate as a share of the fitted rate (both one rank's), which scaling keeps
+        flops_type = "float32" if t == "tf32" else t
+        shapes = [(m, n, w, product_flops(m, n, w, flops_type) / sec / (curve.tflops * 1e12))
+                  for m, n, w, sec in (exact or {}).get(t, [])]
+        gemm[t] = dataclasses.replace(curve, tflops=curve.tflops * sharers, unaligned=odd, shapes=shapes)
     fields = dataclasses.asdict(base) if base is not None else {}
     fields.update(
         name=f"measured-{'gpu' if on_gpu else 'cpu'}",

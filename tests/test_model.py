@@ -304,12 +304,27 @@ def test_model_command_prints_and_measures_on_cpu(tmp_path, monkeypatch, capsys)
     h5io.write_table_file(str(links), False, "bench-transport", "transport", rows, {"hpcmm": "test"})
     monkeypatch.setattr(model, "_sweep_shapes", lambda on_gpu: [(64, 64, 16), (128, 96, 64), (96, 128, 32)])
     save = tmp_path / "cpu.json"
-    ns = argparse.Namespace(what="measure", machine=None, save=str(save), transport=str(links), dtypes="float64")
+    ns = argparse.Namespace(what="measure", machine=None, save=str(save), transport=str(links), dtypes="float64",
+                            shapes="96x48x32,40x120x16")
     assert model.measure_main(ns, MPI.COMM_SELF) == 0
     machine = model.load_machine(str(save))
     assert machine.device == "cpu" and machine.gemm["float64"].tflops > 0
     assert machine.intra_gbps == pytest.approx(8.0, rel=1e-6) and machine.net_gbps == pytest.approx(3.0, rel=1e-6)
     assert predict(Problem(300, 200, 100), 2, machine).seconds > 0
+    # --shapes: each block timed exactly, its rate kept as a share of the curve's, and taken for that block
+    curve = machine.gemm["float64"]
+    assert [row[:3] for row in curve.shapes] == [(96.0, 48.0, 32.0), (40.0, 120.0, 16.0)]
+    assert all(row[3] > 0 for row in curve.shapes)
+    m, n, w, share = curve.shapes[0]
+    assert float(machine.gemm_seconds(m, n, w, "float64", True)) == \
+        pytest.approx(curve.launch_us * 1e-6 + 2 * m * n * w / (share * curve.tflops * 1e12), rel=1e-12)
+    printed = capsys.readouterr().out
+    assert "shape float64 m=96 n=48 w=32 beta=1" in printed and "shape float64 m=40 n=120 w=16 beta=1" in printed
+    bad = argparse.Namespace(what="measure", machine=None, save=str(tmp_path / "never.json"), transport=None,
+                             dtypes="float64", shapes="96x48")
+    with pytest.raises(InputError, match="--shapes: '96x48' is not MxNxW"):
+        model.measure_main(bad, MPI.COMM_SELF)
+    assert not (tmp_path / "never.json").exists()
 
 
 def test_staged_fit_takes_every_pair_of_the_transport_file(tmp_path):
