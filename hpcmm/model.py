@@ -26,7 +26,8 @@ grid, the placement of ranks on nodes, the panel and prefetch, and a
   on a CPU everything blocks the host;
 * the GEMM rate by local shape (a fitted curve per type, plus the pass over C
   that ``beta = 1`` costs; symmetric in m and n, so it does not see the C block's face that
-  :mod:`hpcmm.grid_orientation` turns by), ranks that share a device share its rate (time-sliced,
+  :mod:`hpcmm.grid_orientation` turns by, except for the block shapes whose rate the description
+  holds measured, ``GemmCurve.shapes``), ranks that share a device share its rate (time-sliced,
   ``shared_device_efficiency``; as clients of an MPS server, ``mps_device_efficiency``);
 * links are shared: pulls from one source device share its port, broadcasts
   through one NIC share it, staged transfers share the host's MPI.
