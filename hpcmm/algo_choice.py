@@ -52,7 +52,7 @@ class Choice:
 
 
 def choose(asked: str, placed: Placed, shape: tuple[int, int, int], dtype: str, *, tf32: bool = False,
-           machine: str | None = None, panel: int | None = None, prefetch: int = 1,
+           machine: str | None = None, panel: int | None = None, prefetch: int | None = None,
            origin: str = "--algo") -> Choice:
     """The algorithm to run, the same on every rank.
 

@@ -25,6 +25,7 @@ import time
 from .config import BALANCE_MODES, DEVICES, DTYPES, MAX_PREFETCH, TRISTATE, VERIFY_MODES, RunConfig, new_output_name
 from .config import parse_grid, parse_matrix_source, parse_positive_int, settings_from_environment
 from . import status as status_file
+from .algorithms import DEFAULT_PREFETCH, TF32_PREFETCH
 from .algorithms.layers import parse_algo
 from .errors import HpcmmError, InputError, collective
 from .startup import one_line
@@ -150,9 +151,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     _add_placement_options(p)
     g = p.add_argument_group("algorithm")
     g.add_argument("--panel", type=_int("--panel"), metavar="W",
-                   help="SUMMA panel width (default: up to 2048 on GPUs, 256 on CPUs)")
+                   help="SUMMA panel width (default: up to 8192 on GPUs, 2048 where ranks share them; "
+                        "256 on CPUs, 512 in 16-bit types)")
     g.add_argument("--prefetch", type=_int("--prefetch", 0, MAX_PREFETCH), metavar="D",
-                   help=f"panels in flight ahead of the GEMM, 0 to {MAX_PREFETCH} {_default('prefetch')}")
+                   help=f"panels in flight ahead of the GEMM, 0 to {MAX_PREFETCH} "
+                        f"(default {DEFAULT_PREFETCH}; {TF32_PREFETCH} for TF32 on GPUs)")
     g.add_argument("--algo", type=_argtype(lambda t: str(parse_algo(t))), metavar="A",
                    help="summa; 2.5d:C (k cut over C layers of each node, partial C reduced in the node); "
                         "2.5d (the C the cost model finds fastest); auto (summa or 2.5d:C, whichever the "

@@ -290,7 +290,7 @@ class RunConfig:
     device: str = "auto"
     grid: tuple[int, int] | None = None
     panel: int | None = None
-    prefetch: int = 1
+    prefetch: int | None = None
     balance: str = DEFAULT_BALANCE
     seed: int = 42
     a: tuple[str, str | None] | None = None
@@ -346,7 +346,8 @@ class RunConfig:
             raise InputError(f"--balance={self.balance!r}: expected one of {', '.join(BALANCE_MODES)}")
         if self.panel is not None:
             parse_positive_int("--panel", self.panel)
-        parse_positive_int("--prefetch", self.prefetch, minimum=0, maximum=MAX_PREFETCH)
+        if self.prefetch is not None:
+            parse_positive_int("--prefetch", self.prefetch, minimum=0, maximum=MAX_PREFETCH)
         parse_positive_int("--iters", self.iters)
         parse_positive_int("--warmup", self.warmup, minimum=0)
         parse_positive_int("--seed", self.seed, minimum=0)

@@ -43,7 +43,7 @@ from time import perf_counter
 
 import numpy as np
 
-from .algorithms import Step, panel_candidates, rank_plan, ring_depth
+from .algorithms import Step, panel_candidates, prefetch_of, rank_plan, ring_depth
 from .balance import ranks_per_device
 from .config import RunConfig
 from .errors import InputError, agree, collective_setup, raised_everywhere
@@ -212,9 +212,9 @@ class Engine:
         self.topo, self.backend, self.layout = topo, backend, layout
         self.dtype = np.dtype(config.dtype)
         self.tf32, self.record_timeline = config.tf32, config.timeline
-        self.prefetch = config.prefetch
+        self.prefetch = prefetch_of(config, backend.on_gpu)
         # The engine's own ring: which GEMM last read each panel slot (a channel may keep more).
-        self.ring = config.prefetch + 1
+        self.ring = self.prefetch + 1
         #: The GEMM's operand orders, A's then B's (hpcmm.gemm_orders); panels travel as stored (FC).
         self.gemm_order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
         self.panel_auto = config.panel is None
@@ -231,7 +231,7 @@ class Engine:
         #: own blocks (:func:`~hpcmm.algorithms.own_start`); ``common``: every rank in the same order,
         #: which the broadcasts between nodes need.
         self.step_order = "own-first" if config.step_order == "auto" and topo.vnode_count == 1 else "common"
-        self.plan: list[Step] = rank_plan(layout, topo.rank, self.panel, config.prefetch,
+        self.plan: list[Step] = rank_plan(layout, topo.rank, self.panel, self.prefetch,
                                           own_order=self.step_order == "own-first")
         #: Steps of the longest plan: every rank's step records are that long (zeros after its own).
         self.steps = max(topo.comm.allgather(len(self.plan)))

@@ -33,7 +33,7 @@ from time import perf_counter
 import numpy as np
 from mpi4py import MPI
 
-from .algorithms import panel_candidates, ring_depth
+from .algorithms import panel_candidates, prefetch_of, ring_depth
 from .algorithms.layers import LayeredLayout, Layers
 from .config import RunConfig
 from .engine import Engine, IterationTimes, check_memory, gpus_shared, memory_needed, widest_fitting
@@ -102,7 +102,8 @@ class LayeredEngine:
         self.panel_auto = config.panel is None
         #: The layer engines' GEMM operand orders (the same rule as :class:`Engine`'s), for the memory check.
         self.gemm_order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
-        self.prefetch, self.ring = config.prefetch, config.prefetch + 1
+        self.prefetch = prefetch_of(config, backend.on_gpu)
+        self.ring = self.prefetch + 1
         # One width for every layer, so that their plans (and step records) line up: the default, or a
         # narrower one where its panel rings would not fit.
         layer_layouts = [self.layout.layer_layout(layer) for layer in range(layers.count)]

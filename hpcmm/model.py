@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .algorithms import panel_candidates, rank_plan, ring_depth
+from .algorithms import auto_prefetch, panel_candidates, rank_plan, ring_depth
 from .errors import InputError
 from .gemm_orders import gemm_order, scratch_slots
 from .grid_orientation import facing, most_square, oriented
@@ -530,7 +530,7 @@ class Prediction:
 
 def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: int | None = None,
             ranks_per_host: int | None = None, grid: tuple[int, int] | None = None,
-            panel: int | None = None, prefetch: int = 1, algo: str = "summa",
+            panel: int | None = None, prefetch: int | None = None, algo: str = "summa",
             cuda_aware: bool | None = None, step_order: str = "auto", balance: str = "share",
             orientation: str = "auto", mps: bool = False) -> Prediction:
     """Predict one product.  See the module docstring for what is modelled.
@@ -549,7 +549,8 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
     panel : int, optional
         Default: the engine's choice (:func:`hpcmm.algorithms.auto_panel`, or a
         narrower :func:`~hpcmm.algorithms.panel_candidates` width where memory is short).
-    prefetch : int
+    prefetch : int, optional
+        Default: the run's (:func:`hpcmm.algorithms.auto_prefetch`: 2 for ``tf32`` on a GPU machine, else 1).
     algo : str
         ``summa`` (hpcmm as built), ``split-relay``, ``2.5d`` / ``2.5d:C``, or ``auto`` (the fastest).
     cuda_aware : bool, optional
@@ -571,6 +572,8 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
         raise InputError(f"balance={balance!r}: the model lays out share or none")
     if ranks < 1:
         raise InputError(f"--ranks={ranks}: must be at least 1")
+    if prefetch is None:
+        prefetch = auto_prefetch(problem.dtype, on_gpu=machine.device == "gpu")
     if prefetch < 0:
         raise InputError(f"--prefetch={prefetch}: must be at least 0")
     if algo == "auto":
@@ -1119,7 +1122,8 @@ def add_model_parser(sub, argtype_int) -> None:
                    help="ranks on one physical host (default one per device; all on a one-host machine)")
     p.add_argument("--grid", default=None, metavar="PRxPC")
     p.add_argument("--panel", type=argtype_int("--panel", 1), default=None)
-    p.add_argument("--prefetch", type=argtype_int("--prefetch", 0), default=1)
+    p.add_argument("--prefetch", type=argtype_int("--prefetch", 0), default=None,
+                   help="panels in flight (default: the run's, 2 for tf32 on a GPU machine, else 1)")
     p.add_argument("--algo", default="summa", help="summa (as built), split-relay, 2.5d, 2.5d:C, auto")
     p.add_argument("--cuda-aware", choices=("yes", "no"), default=None, help="default: the machine's")
     p.add_argument("--balance", choices=("share", "none"), default="share",

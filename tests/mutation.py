@@ -27,6 +27,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: name → (file, old text, new text, tests to run)
 MUTATIONS = {
+    "TF32 keeps one panel in flight": (
+        "hpcmm/algorithms/summa.py",
+        "        return TF32_PREFETCH\n",
+        "        return DEFAULT_PREFETCH\n",
+        ["tests/test_timing.py"],
+    ),
+    "the engine ignores the prefetch rule": (
+        "hpcmm/engine.py",
+        "        self.prefetch = prefetch_of(config, backend.on_gpu)\n",
+        "        self.prefetch = config.prefetch if config.prefetch is not None else 2\n",
+        ["tests/test_timing.py"],
+    ),
     "timing window after step 0": (
         "hpcmm/engine.py",
         "        product_end = backend.event(compute_stream)\n",

@@ -304,7 +304,7 @@ def test_version_flag(capsys):
     ([], {"HPCMM_PANEL": "8"}, "panel", 8),
     (["--panel", "16"], {"HPCMM_PANEL": "8"}, "panel", 16),
     (["--panel", "16"], {}, "panel", 16),
-    ([], {}, "prefetch", 1),
+    ([], {}, "prefetch", None),  # None: the run's rule (hpcmm.algorithms.auto_prefetch)
     ([], {"HPCMM_PREFETCH": "3"}, "prefetch", 3),
     # A flag equal to zero (falsy) still wins over the environment.
     (["--prefetch", "0"], {"HPCMM_PREFETCH": "3"}, "prefetch", 0),
@@ -402,12 +402,19 @@ def test_every_option_has_help_and_value_options_say_their_default():
                 assert "default" in action.help, f"{name} {flag}: help does not say the default"
 
 
-@pytest.mark.parametrize("flag, field", [("--dtype", "dtype"), ("--seed", "seed"), ("--prefetch", "prefetch"),
+@pytest.mark.parametrize("flag, field", [("--dtype", "dtype"), ("--seed", "seed"),
                                          ("--iters", "iters"), ("--warmup", "warmup"), ("--verify", "verify"),
                                          ("--balance", "balance")])
 def test_help_shows_the_real_default(flag, field):
     action = next(a for a in _subparser("run")._actions if flag in a.option_strings)
     assert f"(default {getattr(RunConfig(), field)})" in action.help
+
+
+def test_help_shows_the_prefetch_rule():
+    """--prefetch has no single default: its help gives both of the rule's values."""
+    from hpcmm.algorithms import DEFAULT_PREFETCH, TF32_PREFETCH
+    action = next(a for a in _subparser("run")._actions if "--prefetch" in a.option_strings)
+    assert f"(default {DEFAULT_PREFETCH}; {TF32_PREFETCH} for TF32 on GPUs)" in action.help
 
 
 def test_matrix_source_help_says_how_colons_are_written():

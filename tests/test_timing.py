@@ -9,6 +9,7 @@ and a whole run with known product times are checked the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 
@@ -243,3 +244,35 @@ def test_clock_at_one_rank():
     clock = SharedClock(MPI.COMM_SELF)
     assert clock.offset == 0.0 and clock.to_shared(12.5) == 12.5
     assert product_window(MPI.COMM_SELF, 3.0, 2.5) == (3.0, 5.5)
+
+
+
+@pytest.mark.parametrize("dtype, tf32, given, on_gpu, expected", [
+    ("float32", True, None, True, 2),    # TF32 on a GPU: two panels ahead (hpcmm.algorithms.TF32_PREFETCH)
+    ("float32", False, None, True, 1),
+    ("float64", False, None, True, 1),
+    ("float32", True, None, False, 1),   # a CPU has no TF32
+    ("float64", False, None, False, 1),
+    ("float32", True, 1, True, 1),       # --prefetch wins over the rule
+    ("float64", False, 3, False, 3),
+])
+def test_the_prefetch_rule_in_the_run_and_the_model(dtype, tf32, given, on_gpu, expected):
+    """Where --prefetch is not given: TF32_PREFETCH panels in flight for TF32 on GPUs, one otherwise;
+    the cost model predicts with the same number, and an engine on the CPU takes it with its ring."""
+    from hpcmm.algorithms import prefetch_of
+    from hpcmm.model import Problem, builtin, predict
+    config = RunConfig(panel=2, prefetch=given, dtype=dtype, tf32=tf32)
+    assert prefetch_of(config, on_gpu) == expected
+    machine = builtin("h200x2") if on_gpu else dataclasses.replace(builtin("h200x2"), device="cpu")
+    assert predict(Problem(4096, 4096, 4096, "tf32" if tf32 else dtype), 2, machine, prefetch=given).prefetch == expected
+    if on_gpu:
+        return
+    topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
+    eng = None
+    try:
+        eng = Engine(topo, CpuBackend(), Layout(M, N, K, Grid(1, 1)), config, False)
+        assert (eng.prefetch, eng.ring) == (expected, expected + 1)
+    finally:
+        if eng is not None:
+            eng.close()
+        topo.close()

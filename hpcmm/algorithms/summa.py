@@ -20,7 +20,8 @@ from collections.abc import Sequence
 
 from ..layout import Layout
 
-__all__ = ["Step", "auto_panel", "own_start", "panel_candidates", "rank_plan", "ring_depth", "summa_plan"]
+__all__ = ["DEFAULT_PREFETCH", "TF32_PREFETCH", "Step", "auto_panel", "auto_prefetch", "own_start", "panel_candidates",
+           "prefetch_of", "rank_plan", "ring_depth", "summa_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +188,42 @@ def _ramp_widths(depth: int, panel: int) -> list[int]:
     return widths
 
 
+def auto_prefetch(dtype: str, tf32: bool = False, on_gpu: bool = True) -> int:
+    """The default of ``--prefetch``: :data:`TF32_PREFETCH` for TF32 on GPUs, else :data:`DEFAULT_PREFETCH`.
+
+    Parameters
+    ----------
+    dtype : str
+        The element type (the cost model's ``"tf32"`` counts as float32 with ``tf32=True``).
+    tf32, on_gpu : bool
+        TF32 tensor cores; whether the GEMMs run on GPUs (a CPU has no TF32: one panel ahead).
+
+    Examples
+    --------
+    >>> auto_prefetch("float32", tf32=True), auto_prefetch("tf32"), auto_prefetch("float64")
+    (2, 2, 1)
+    >>> auto_prefetch("float32", tf32=True, on_gpu=False)
+    1
+    """
+    if on_gpu and (tf32 or dtype == "tf32"):
+        return TF32_PREFETCH
+    return DEFAULT_PREFETCH
+
+
+def prefetch_of(config, on_gpu: bool) -> int:
+    """The run's panels in flight: ``config.prefetch`` where given, else :func:`auto_prefetch`.
+
+    Examples
+    --------
+    >>> from hpcmm.config import RunConfig
+    >>> prefetch_of(RunConfig(dtype="float32", tf32=True), on_gpu=True), prefetch_of(RunConfig(prefetch=0), True)
+    (2, 0)
+    """
+    if config.prefetch is not None:
+        return config.prefetch
+    return auto_prefetch(config.dtype, config.tf32, on_gpu)
+
+
 def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None = None, shared: bool = False) -> int:
     """A panel width that keeps the GEMM efficient and leaves steps to overlap.
 
@@ -254,6 +291,14 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None =
 #: bfloat16 32768 1253.0 / 1327.5 / 1359.5, float64 8192 109.7 / 110.5 (4096 = the whole block),
 #: float64 16384 102.0 / 102.2 / 103.5, float64 32768 105.4 / 110.3 / 112.0.
 GPU_PANEL = 8192
+
+#: Panels in flight ahead of the GEMM by default (``--prefetch``): one panel, two for TF32 on GPUs.
+#: TF32's steps are short beside their transfers (5.7 ms of GEMM per 8192-wide step of 16384³ at 2 ranks
+#: on 2 × H200), and with one panel ahead the second panel was late in half the runs (14.5–15.2 % of
+#: the time exposed, against 3 % with two). Six pairs in turns (docs/benchmarks.md, "TF32's prefetch"):
+#: prefetch 2 won all six, median 706.7 TFLOP/s against 667.7 (+5.8 %).
+DEFAULT_PREFETCH = 1
+TF32_PREFETCH = 2
 
 #: The GPU's width where ranks share GPUs, and for weighted layouts (blocks of different depth): the
 #: measured 8- and 5-rank cases of :func:`auto_panel`.

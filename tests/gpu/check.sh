@@ -54,8 +54,8 @@ with h5py.File(sys.argv[1], "r") as f:
     s = f["summary"].attrs
     paths = ",".join(p.decode() if isinstance(p, bytes) else p for p in s["paths"])
     gemm = s.get("gemm_order", "-").replace("A:", "").replace(" B:", "")
-    grid = f["config"].attrs.get("grid", "-")
-    print(f"grid={grid} algo={s.get('algo', 'summa')} verified={bool(s['verified'])} paths={paths or '-'} gemm={gemm} tflops={s['tflops']:.2f} "
+    grid, prefetch = f["config"].attrs.get("grid", "-"), f["config"].attrs.get("prefetch", "-")
+    print(f"grid={grid} prefetch={prefetch} algo={s.get('algo', 'summa')} verified={bool(s['verified'])} paths={paths or '-'} gemm={gemm} tflops={s['tflops']:.2f} "
           f"exposed={100 * s['exposed_comm_fraction']:.2f}% host={100 * s.get('host_overhead_fraction', 0):.2f}% "
           f"residual={s['residual']:.1e} detectable={s.get('verify_detectable', float('nan')):.1e}")
 PY
