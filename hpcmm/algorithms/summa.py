@@ -188,6 +188,16 @@ def _ramp_widths(depth: int, panel: int) -> list[int]:
     return widths
 
 
+#: Panels in flight ahead of the GEMM by default (``--prefetch``): one panel, two for TF32 on GPUs.
+#: TF32's steps are short beside their transfers (5.7 ms of GEMM per 8192-wide step of 16384³ at 2 ranks
+#: on 2 × H200): with one panel ahead the second step's panel was late in five runs of six (14.5–15.2 %
+#: of the product exposed), with two in none (3.0–4.2 %). Six pairs in turns (docs/benchmarks.md,
+#: "TF32's prefetch"): prefetch 2 won all six, medians 706.7 against 667.7 TFLOP/s (+5.8 %); with the
+#: rule in place, three more pairs: 721.6 against 656.6 (+9.8 %).
+DEFAULT_PREFETCH = 1
+TF32_PREFETCH = 2
+
+
 def auto_prefetch(dtype: str, tf32: bool = False, on_gpu: bool = True) -> int:
     """The default of ``--prefetch``: :data:`TF32_PREFETCH` for TF32 on GPUs, else :data:`DEFAULT_PREFETCH`.
 
@@ -291,14 +301,6 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None =
 #: bfloat16 32768 1253.0 / 1327.5 / 1359.5, float64 8192 109.7 / 110.5 (4096 = the whole block),
 #: float64 16384 102.0 / 102.2 / 103.5, float64 32768 105.4 / 110.3 / 112.0.
 GPU_PANEL = 8192
-
-#: Panels in flight ahead of the GEMM by default (``--prefetch``): one panel, two for TF32 on GPUs.
-#: TF32's steps are short beside their transfers (5.7 ms of GEMM per 8192-wide step of 16384³ at 2 ranks
-#: on 2 × H200), and with one panel ahead the second panel was late in half the runs (14.5–15.2 % of
-#: the time exposed, against 3 % with two). Six pairs in turns (docs/benchmarks.md, "TF32's prefetch"):
-#: prefetch 2 won all six, median 706.7 TFLOP/s against 667.7 (+5.8 %).
-DEFAULT_PREFETCH = 1
-TF32_PREFETCH = 2
 
 #: The GPU's width where ranks share GPUs, and for weighted layouts (blocks of different depth): the
 #: measured 8- and 5-rank cases of :func:`auto_panel`.
