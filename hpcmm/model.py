@@ -1446,11 +1446,11 @@ def measure_main(ns, comm) -> int:
             for t, rows in samples.items():
                 for m, n, w, acc, sec in rows:
                     print(f"sweep {t} m={m} n={n} w={w} beta={int(acc)} {sec * 1e3:.4f} ms "
-                          f"{product_flops(m, n, w, t if t != 'tf32' else 'float32') / sec / 1e12:.1f} TFLOP/s")
+                          f"{product_flops(m, n, w, t) / sec / 1e12:.1f} TFLOP/s")
             for t, rows in exact.items():
                 for m, n, w, sec in rows:
                     print(f"shape {t} m={m} n={n} w={w} beta=1 {sec * 1e3:.4f} ms "
-                          f"{product_flops(m, n, w, t if t != 'tf32' else 'float32') / sec / 1e12:.1f} TFLOP/s")
+                          f"{product_flops(m, n, w, t) / sec / 1e12:.1f} TFLOP/s")
     finally:
         backend.close()
         node.Free()
@@ -1648,8 +1648,7 @@ def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, rank
         # The sweep's shapes are all aligned: the penalty of odd leading dimensions stays the base's.
         odd = base.gemm[t].unaligned if base is not None and t in base.gemm else 1.0
         # --shapes: each block's rate as a share of the fitted rate (both one rank's), which scaling keeps
-        flops_type = "float32" if t == "tf32" else t
-        shapes = [(m, n, w, product_flops(m, n, w, flops_type) / sec / (curve.tflops * 1e12))
+        shapes = [(m, n, w, product_flops(m, n, w, t) / sec / (curve.tflops * 1e12))
                   for m, n, w, sec in (exact or {}).get(t, [])]
         gemm[t] = dataclasses.replace(curve, tflops=curve.tflops * sharers, unaligned=odd, shapes=shapes)
     fields = dataclasses.asdict(base) if base is not None else {}

@@ -20,12 +20,14 @@ from fake_backend import FakeBackend, install
 from mpi4py import MPI
 
 import hpcmm
+from hpcmm.algorithms import prefetch_of
 from hpcmm.backend import CpuBackend
 from hpcmm.clock import SharedClock, product_window
 from hpcmm.config import RunConfig
 from hpcmm.engine import Engine
 from hpcmm.inputs import generate_block
 from hpcmm.layout import Grid, Layout
+from hpcmm.model import Problem, builtin, predict
 from hpcmm.summary import print_summary, product_flops, summary_figures
 from hpcmm.topology import Topology
 from hpcmm.verify import Check
@@ -259,8 +261,6 @@ def test_clock_at_one_rank():
 def test_the_prefetch_rule_in_the_run_and_the_model(dtype, tf32, given, on_gpu, expected):
     """Where --prefetch is not given: TF32_PREFETCH panels in flight for TF32 on GPUs, one otherwise;
     the cost model predicts with the same number, and an engine on the CPU takes it with its ring."""
-    from hpcmm.algorithms import prefetch_of
-    from hpcmm.model import Problem, builtin, predict
     config = RunConfig(panel=2, prefetch=given, dtype=dtype, tf32=tf32)
     assert prefetch_of(config, on_gpu) == expected
     machine = builtin("h200x2") if on_gpu else dataclasses.replace(builtin("h200x2"), device="cpu")
