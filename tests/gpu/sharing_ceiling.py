@@ -28,6 +28,7 @@ from mpi4py import MPI
 
 from hpcmm.backend import GpuBackend
 from hpcmm.mps import detect
+from hpcmm.summary import product_flops
 
 
 def main() -> int:
@@ -66,7 +67,7 @@ def main() -> int:
         t1 = time.monotonic()
         first, last = comm.allreduce(t0, MPI.MIN), comm.allreduce(t1, MPI.MAX)
         spans.append(last - first)
-    flops = 2.0 * rows * cols * args.depth * comm.size
+    flops = product_flops(rows, cols, args.depth, args.dtype) * comm.size
     span = statistics.median(spans)
     state = detect(args.gpu)
     facts = {"ranks": comm.size, "block": [rows, cols], "depth": args.depth, "panel": args.panel,
