@@ -502,9 +502,9 @@ class GpuBackend(Backend):
 
     def poison(self, array) -> None:
         """NaN in every element, complete when this returns (as :meth:`from_host`, for any stream after)."""
-        if array.size:
+        if array.size:  # nothing to fill, nothing to wait for
             with self.device:
-                array.fill(np.nan)
+                super().poison(array)
                 self.cupy.cuda.get_current_stream().synchronize()
 
     def to_host(self, array) -> np.ndarray:

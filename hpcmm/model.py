@@ -154,9 +154,17 @@ class Machine:
     staged_gbps, staged_latency_us : float
         The host MPI's rate and latency inside one ``staged`` transfer (device → pinned host →
         MPI → device), its chunks' copies excluded: what one pair moves through the host.
+    staged_gbps_by_mib : tuple of (float, float)
+        ``(MiB, GB/s)``: ``staged_gbps`` by message size, as ``bench transport`` measured it
+        (:func:`staged_rate`); empty: ``staged_gbps`` at every size.
+    staged_contention : float
+        How much each other staged transfer on the host at once slows one down: k transfers
+        at once each move at ``1 / (1 + staged_contention · (k - 1))`` of the rate of one
+        alone (the host's memory, cores and MPI progress), as ``bench transport`` measured
+        with 2, 3 and 4 pairs at once; 0: not measured.
     staged_host_gbps : float
-        What all staged transfers of one host move together (the host's memory and MPI):
-        k transfers at once each get ``min(staged_gbps, staged_host_gbps / k)``.
+        What all staged transfers of one host move together at most: k transfers at once
+        each get no more than ``staged_host_gbps / k`` (:func:`staged_rate`).
     staged_chunk_bytes : int
         Chunk of :class:`hpcmm.transport.mpi.StagedBroadcast`: the copies of one chunk
         overlap the MPI transfer of the next, so a transfer costs the first chunk's copy
@@ -208,6 +216,8 @@ class Machine:
     staged_gbps: float = 10.0
     staged_latency_us: float = 50.0
     staged_host_gbps: float = 20.0
+    staged_gbps_by_mib: tuple = ()
+    staged_contention: float = 0.0
     staged_bcast_efficiency: float = 0.5
     staged_chunk_bytes: int = 32 << 20
     host_copy_gbps: float = 25.0
@@ -222,6 +232,10 @@ class Machine:
     def __post_init__(self) -> None:
         curves = {k: (v if isinstance(v, GemmCurve) else GemmCurve(**v)) for k, v in self.gemm.items()}
         object.__setattr__(self, "gemm", curves)
+        object.__setattr__(self, "staged_gbps_by_mib",
+                           tuple((float(a), float(b)) for a, b in self.staged_gbps_by_mib))
+        if self.staged_contention < 0 or any(b <= 0 for _, b in self.staged_gbps_by_mib):
+            raise InputError(f"machine {self.name}: staged_contention and staged_gbps_by_mib must not be negative")
         for name in ("devices_per_node", "nics_per_node"):
             if getattr(self, name) < 1:
                 raise InputError(f"machine {self.name}: {name}={getattr(self, name)} must be at least 1")
@@ -466,13 +480,87 @@ def staged_copy_seconds(nbytes, machine: Machine):
     return first / rate, last / rate
 
 
+#: Open MPI's fixed broadcast decision (``coll/tuned``, 4.1) for 4 to 7 members and 1 MiB or more:
+#: a chain, in one piece.  The staged path broadcasts host buffers, so this is the decision it gets.
+STAGED_CHAIN_MEMBERS = (4, 7)
+STAGED_CHAIN_BYTES = 1 << 20
+
+
+def staged_chain(members, nbytes):
+    """Whether a staged broadcast of ``nbytes`` among ``members`` ranks (root included) runs as a chain.
+
+    :class:`hpcmm.transport.mpi.StagedBroadcast` calls the host MPI's ``Bcast`` once per
+    chunk, and the host MPI picks its algorithm by members and bytes: Open MPI 4.1 passes a
+    message of 1 MiB or more among 4 to 7 ranks along a chain, whole: the root sends to the
+    next member, which sends on once it holds the message.  The last of B members has it
+    after B - 1 transfers one after the other, where a tree would have moved them at once.
+
+    >>> staged_chain(np.array([2, 4, 4, 8]), np.array([16e6, 16e6, 0.5e6, 16e6])).tolist()
+    [False, True, False, False]
+    """
+    lo, hi = STAGED_CHAIN_MEMBERS
+    members = np.asarray(members)
+    return (members >= lo) & (members <= hi) & (np.asarray(nbytes, dtype=float) >= STAGED_CHAIN_BYTES)
+
+
+def _chain_ends(ro, chain, ready, size, gbps, latency_us):
+    """When each member of a chained broadcast (:func:`staged_chain`) leaves the MPI call.
+
+    The chain runs from the root through the other members in their order in the broadcast's
+    communicator.  Member j receives once member j - 1 holds the message and member j has
+    arrived (``ready``; for the root: its first chunk on the host), one hop of ``size`` bytes
+    at the sender's ``gbps``.  The root leaves after its hop, a member inside the chain once it
+    has passed the message on, the last one once it has it.
+    """
+    out = np.full(len(chain), np.nan)
+    for c in np.unique(ro.comm[chain]):
+        group = np.flatnonzero(chain & (ro.comm == c))
+        root = group[ro.role[group] == _SELF]
+        order = [*root, *(r for r in group if r not in root)]
+        hop = latency_us * 1e-6 + size[order[0]] / (gbps[order[0]] * 1e9)
+        held = ready[order[0]]
+        received = []
+        for member in order[1:]:
+            held = max(held, ready[member]) + hop
+            received.append(held)
+        for j, member in enumerate(order):
+            out[member] = received[min(j, len(received) - 1)]
+    return out
+
+
+def staged_rate(nbytes, machine: Machine, concurrent=1):
+    """The host MPI's rate (GB/s) inside one staged transfer of ``nbytes`` while ``concurrent``
+    staged transfers (this one included) run on the host.
+
+    One alone moves at ``staged_gbps_by_mib`` (interpolated in log size, held at its ends), or
+    ``staged_gbps`` where the description has no rates by size; k at once each at
+    ``1 / (1 + staged_contention · (k - 1))`` of that, and no more than ``staged_host_gbps / k``.
+
+    >>> m = Machine("x", staged_gbps=7.0, staged_gbps_by_mib=((4, 8.0), (64, 6.0)),
+    ...             staged_contention=0.25, staged_host_gbps=12.0)
+    >>> staged_rate(np.array([1, 16, 128]) * 2.0**20, m).tolist()
+    [8.0, 7.0, 6.0]
+    >>> staged_rate(16 * 2.0**20, m, concurrent=np.array([2, 3])).tolist()
+    [5.6, 4.0]
+    """
+    nbytes = np.asarray(nbytes, dtype=float)
+    k = np.maximum(np.asarray(concurrent, dtype=float), 1.0)
+    if machine.staged_gbps_by_mib:
+        mib, gbps = np.array(machine.staged_gbps_by_mib, dtype=float).T
+        # the host MPI moves one chunk at a time: its rate is that of a chunk's size
+        message = np.clip(nbytes, 1.0, float(machine.staged_chunk_bytes))
+        alone = np.interp(np.log2(message / 2.0**20), np.log2(mib), gbps)
+    else:
+        alone = np.full(nbytes.shape, machine.staged_gbps)
+    return np.minimum(alone / (1.0 + machine.staged_contention * (k - 1.0)), machine.staged_host_gbps / k)
+
+
 def staged_seconds(nbytes, machine: Machine, concurrent=1):
     """One staged transfer between two ranks, end to end (what ``bench transport`` times), while
     ``concurrent`` staged transfers (this one included) share the host:
-    latency + first chunk's copy + ``nbytes / min(staged_gbps, staged_host_gbps / concurrent)``
-    + last chunk's copy."""
+    latency + first chunk's copy + ``nbytes / staged_rate(nbytes, concurrent)`` + last chunk's copy."""
     fill, drain = staged_copy_seconds(nbytes, machine)
-    gbps = np.minimum(machine.staged_gbps, machine.staged_host_gbps / np.maximum(concurrent, 1))
+    gbps = staged_rate(nbytes, machine, concurrent)
     return machine.staged_latency_us * 1e-6 + fill + np.asarray(nbytes, float) / (gbps * 1e9) + drain
 
 
@@ -644,7 +732,8 @@ def _shared_layout(problem, grid: Grid, pl: Placement, on_gpu: bool, fixed_shape
 
 
 def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shape, panel, prefetch, algo,
-              cuda_aware, notes=(), step_order="auto", balance="share", orientation="auto", mps=False):
+              cuda_aware, notes=(), step_order="auto", balance="share", orientation="auto", mps=False,
+              host_layers=1.0, duty=None):
     on_gpu = machine.device == "gpu"
     isz = problem.itemsize
     pl = place(ranks, machine, ranks_per_node, ranks_per_host)
@@ -690,10 +779,16 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     ring_ch = {op: max(ring, 2) if any((roles[key].bcast.any()) for key in roles if key[0] == op) else ring
                for op in ("A", "B")}
 
-    share = np.where(pl.sharers > 1, pl.sharers / _sharing_efficiency(machine, mps), 1.0)
+    # A GPU shared by several ranks runs their GEMMs one after the other (_device_queue), each at the
+    # rate sharing keeps: ranks whose GEMMs do not meet in time lose nothing to each other.  The cores
+    # of a CPU host shared by several ranks are shared all the time (each rank's BLAS runs meanwhile).
+    share = np.where(pl.sharers > 1, (1.0 if on_gpu else pl.sharers) / _sharing_efficiency(machine, mps), 1.0)
     turns = 0.0 if mps else 1.0  # MPS clients of one device run side by side: no context waits its turn
     gemm = np.stack([np.where(has[:, i], machine.gemm_seconds(m_loc, n_loc, widths[:, i], problem.dtype, i > 0), 0.0)
                      * share for i in range(S)], axis=1) if S else np.zeros((P, 0))
+    device_free = np.zeros(pl.device.max() + 1)
+    gstart = np.full((P, S), np.nan)  # when each GEMM could start (its panels there): from then its rank
+    # has work on the device, and a copy of another rank of that device waits for its turn
 
     host = np.zeros(P)
     stream = np.zeros(P)  # the communication stream (== host on a CPU)
@@ -703,6 +798,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     bytes_by_path: dict[str, float] = {}
     nic_bytes = np.zeros(pl.nic.max() + 1)
     step_us = machine.host_step_us * 1e-6 if P > 1 else 0.0
+    in_mpi = np.zeros(P)  # each rank's time inside staged broadcasts
 
     def pull_seconds(nbytes, pulling, src):
         """Pulls of this phase: a device's port is shared by the pulls from (and into) it."""
@@ -714,16 +810,17 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
         gbps = np.where(same, machine.local_gbps, machine.intra_gbps) / crowd
         return machine.intra_latency_us * 1e-6 + nbytes / (gbps * 1e9)
 
-    def net_gbps(receivers):
-        """Per-rank rate of this phase's network transfers: the receivers share a NIC (or, staged, the host)."""
+    def net_gbps(receivers, nbytes):
+        """Per-rank rate of this phase's network transfers of ``nbytes``: the receivers share a NIC
+        (or, staged, the host)."""
         if staged:
-            crowd = np.bincount(pl.host[receivers], minlength=pl.host.max() + 1)[pl.host]
-            return np.minimum(machine.staged_gbps, machine.staged_host_gbps / np.maximum(crowd, 1))
+            crowd = np.bincount(pl.host[receivers], minlength=pl.host.max() + 1)[pl.host] * host_layers
+            return staged_rate(nbytes, machine, crowd)
         crowd = np.bincount(pl.nic[receivers], minlength=pl.nic.max() + 1)[pl.nic]
         return machine.net_gbps / np.maximum(crowd, 1)
 
     def fetch(f: int) -> None:
-        nonlocal host, stream
+        nonlocal host, stream, in_mpi
         free = gend[:, f - prefetch - 1] if f - prefetch - 1 >= 0 else np.zeros(P)
         for op, roots, rows in (("A", a_roots[:, f], m_loc), ("B", b_roots[:, f], n_loc)):
             ro = _merged_roles(roles, op, roots)
@@ -754,7 +851,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                 arrive = np.where(leaders, np.maximum.reduce([t, free, np.maximum(peers_done, 0)]), t)
                 if staged:
                     arrive = np.where(ro.bcast, np.maximum(arrive, stream), arrive)
-                gbps = net_gbps(leaders)
+                gbps = net_gbps(leaders, _group_max(nbytes, ro.comm, ro.bcast))
                 if not staged and on_gpu:
                     # A CUDA-aware MPI moves device buffers between two ranks of one device as a
                     # copy inside that device, not through a NIC (virtual nodes on one host).
@@ -773,11 +870,22 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                     # starts; the later chunks' copies overlap the MPI transfer of the one before.
                     fill, drain = staged_copy_seconds(size, machine)
                     end = end + fill
+                    chain = ro.bcast & staged_chain(ro.bcast_size, size)
+                    if chain.any():
+                        # One hop at a time along each chain: the host carries one transfer per
+                        # chain (and the receivers of every other broadcast of the phase).
+                        movers = (chain & (ro.role == _SELF)) | (leaders & ~chain)
+                        crowd = np.bincount(pl.host[movers], minlength=pl.host.max() + 1)[pl.host] * host_layers
+                        hop = staged_rate(size, machine, crowd)
+                        first = np.where(ro.role == _SELF, arrive + fill, arrive)
+                        end = np.where(chain, _chain_ends(ro, chain, first, size, hop, lat), end)
                     if on_gpu:
                         # Every chunk, root and receivers wait on the host for a copy of their
                         # device; time-sliced by S ranks, that copy runs in its context's turn,
                         # after the other S - 1 contexts' work (as a CUDA-aware round does below).
-                        others = (_group_max(pl.sharers.astype(float), ro.comm, ro.bcast) - 1) * turns
+                        # Only the contexts with a GEMM pending meanwhile take a turn before it.
+                        busy = _busy_others(pl.device, gstart, gend, start, end)
+                        others = _group_max(busy, ro.comm, ro.bcast) * turns
                         chunks = np.ceil(size / float(machine.staged_chunk_bytes))
                         end = end + chunks * others * machine.shared_mpi_us * 1e-6
                 if on_gpu and not staged:
@@ -789,8 +897,11 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                     rounds = np.ceil(np.log2(np.maximum(ro.bcast_size, 2)))
                     lost = rounds * others * machine.shared_mpi_us * 1e-6
                     end = end + lost
-                    gemm[:, f] += np.where(ro.bcast, lost, 0.0)
+                    # (once per device: its ranks' GEMMs run one after the other, each carries its share)
+                    gemm[:, f] += np.where(ro.bcast, lost / pl.sharers, 0.0)
                 new_host = np.where(ro.bcast, end, new_host)
+                if staged:
+                    in_mpi += np.where(ro.bcast, end - start, 0.0)
                 done = np.maximum(end, stream) if on_gpu else end
                 if staged:
                     # the receiver's last chunk goes to the device on its stream, after the host is free
@@ -831,7 +942,11 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
             start = np.maximum.reduce([host, previous, ready["A"][:, s], ready["B"][:, s]])
             # past the end of its plan a rank has no GEMM: it ended with its last one
             start = np.where(has[:, s], start, previous)
-            gend[:, s] = start + gemm[:, s]
+            gstart[:, s] = np.where(has[:, s], start, np.nan)
+            if on_gpu:
+                gend[:, s] = np.where(has[:, s], _device_queue(start, gemm[:, s], pl.device, device_free), previous)
+            else:
+                gend[:, s] = start + gemm[:, s]
             wait[:, s] = start - previous
             previous = gend[:, s]
             if not on_gpu:
@@ -846,17 +961,59 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
         notes.append(f"does not fit: {sharers} rank(s) per device need more than "
                      f"{machine.memory_gib:g} GiB")
         seconds = math.inf
+    if duty is not None:  # the share of the product the busiest rank spends in staged transfers
+        duty.append(float(in_mpi.max()) / seconds if 0 < seconds < math.inf else 0.0)
     nic_rate = machine.staged_gbps if staged else machine.net_gbps
     used = nic_bytes[nic_bytes > 0]
     return Prediction(
         seconds=seconds, tflops=problem.flops / seconds / 1e12 if 0 < seconds < math.inf else 0.0,
-        gemm_seconds=float(gemm.sum(axis=1).max()), exposed_seconds=float(wait.sum(axis=1).max()),
+        gemm_seconds=float(np.nansum(gend - np.where(has, gstart, gend), axis=1).max()) if S else 0.0,
+        exposed_seconds=float(wait.sum(axis=1).max()),
         extra_seconds=0.0, grid=str(grid), panel=int(panel), prefetch=prefetch, steps=S, algo=algo,
         ranks=P, ranks_per_node=pl.ranks_per_node, ranks_per_host=pl.ranks_per_host,
         bytes_by_path={k: float(v) for k, v in sorted(bytes_by_path.items()) if v},
         nic_bytes_max=float(nic_bytes.max()) if nic_bytes.size else 0.0,
         nic_bytes_mean=float(nic_bytes.mean()) if nic_bytes.size else 0.0,
         nic_seconds_max=float(used.max() / (nic_rate * 1e9)) if used.size else 0.0, notes=tuple(notes))
+
+
+def _device_queue(ready, work, device, free):
+    """When each rank's GEMM ends on a device that runs the GEMMs of its ranks one after the other.
+
+    ``ready``: when each rank's GEMM could start; ``work``: its seconds on the device; ``free``
+    (by device, updated in place): when each device ends the work queued before.  The GEMMs of a
+    device start in the order they are ready (ties by rank).  A device of one rank starts each
+    GEMM when it is ready: its previous one has ended by then.
+
+    >>> free = np.zeros(1)
+    >>> _device_queue(np.array([0.0, 0.5]), np.array([1.0, 1.0]), np.array([0, 0]), free).tolist()
+    [1.0, 2.0]
+    """
+    end = np.empty(len(ready))
+    for r in np.lexsort((np.arange(len(ready)), ready)):
+        d = device[r]
+        end[r] = max(ready[r], free[d]) + work[r]
+        if work[r] > 0:
+            free[d] = end[r]
+    return end
+
+
+def _busy_others(device, gstart, gend, lo, hi):
+    """For every rank, how many other ranks of its device have a GEMM pending (ready, not yet ended)
+    during ``[lo, hi]``, on average over that interval: the contexts a copy of its device waits for."""
+    P = len(device)
+    busy = np.zeros(P)
+    span = np.maximum(hi - lo, 1e-12)
+    for d in np.unique(device):
+        ranks = np.flatnonzero(device == d)
+        if len(ranks) < 2:
+            continue
+        a, b = np.nan_to_num(gstart[ranks], nan=np.inf), np.nan_to_num(gend[ranks], nan=-np.inf)
+        for r in ranks:
+            over = np.clip(np.minimum(hi[r], b) - np.maximum(lo[r], a), 0.0, None)
+            total = over.sum(axis=1) / span[r]
+            busy[r] = float(np.clip(total[ranks != r], 0.0, 1.0).sum())
+    return busy
 
 
 def _split_relay(ro, nbytes, t, free, new_host, new_stream, rdy, nic_bytes, bytes_by_path, path_net,
@@ -878,7 +1035,7 @@ def _split_relay(ro, nbytes, t, free, new_host, new_stream, rdy, nic_bytes, byte
     start = _group_max(arrive, ro.comm, members)
     # a sender other than the root first pulls its own piece from the root
     first = np.where(q_root > 1, machine.intra_latency_us * 1e-6 + piece / (machine.intra_gbps * 1e9), 0.0)
-    gbps = -_group_max(-net_gbps(remote), ro.comm, members)
+    gbps = -_group_max(-net_gbps(remote, piece), ro.comm, members)
     lat = machine.staged_latency_us if staged else machine.net_latency_us
     eff = machine.staged_bcast_efficiency if staged else machine.bcast_efficiency
     end = start + first + _bcast_seconds(piece, nodes, gbps, lat, eff)
@@ -978,9 +1135,15 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
     sliced = _layer_device_share(machine, sliced, ranks, c, ranks_per_node, per_host, rpn, mps)
     # 2.5D layers take near-equal blocks in launch order (hpcmm.run), each layer on MPI.Compute_dims's grid
     # turned as summa's on the same nodes (hpcmm.layered): a layer's nodes are the job's.
-    pred = _simulate(sub, ranks // c, sliced, rpn, per_host // c, None, panel, prefetch, "summa",
-                     machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order,
-                     balance="none", orientation=orientation, mps=mps)
+    # The c layers run at once on the same host(s): on one host their staged transfers share it.  Each
+    # other layer is in a transfer for the share of the product one layer is (its duty), so a layer's
+    # transfers meet 1 + (c - 1) · duty of them on average; two rounds settle that share.
+    layers, duty = 1.0, []
+    for _ in range(3 if machine.hosts == 1 and c > 1 else 1):
+        pred = _simulate(sub, ranks // c, sliced, rpn, per_host // c, None, panel, prefetch, "summa",
+                         machine.cuda_aware if cuda_aware is None else cuda_aware, step_order=step_order,
+                         balance="none", orientation=orientation, mps=mps, host_layers=layers, duty=duty)
+        layers = 1.0 + (c - 1) * duty[-1]
     rows, cols = (int(x) for x in pred.grid.split("x"))
     block = -(-problem.m // rows) * -(-problem.n // cols) * problem.itemsize
     reduce = 0.0
@@ -1060,6 +1223,44 @@ def fit_staged(single, concurrent, copy_gbps: float, chunk_bytes: int) -> tuple[
         if k >= 2 and samples:
             host = max(host or 0.0, k * fit_link(net(samples))[0])
     return gbps, lat, host
+
+
+def fit_staged_by_size(single, concurrent, copy_gbps: float, chunk_bytes: int,
+                       latency_us: float) -> tuple[tuple, float]:
+    """The staged path's rate by message size and its contention, from ``bench transport``:
+    ``(staged_gbps_by_mib, staged_contention)`` (:func:`staged_rate`).
+
+    Each transfer's host MPI time is its time less the latency and the first and last chunk's
+    copies (:func:`staged_copy_seconds`).  The rate of one pair at each size is the median over
+    every pair of the file; the contention, the median over every size and ``k`` of
+    ``(rate alone / rate of each of k at once - 1) / (k - 1)``: one figure, as the pairs at
+    once slowed each other by about the same share at every size from 4 to 128 MiB
+    (docs/scaling.md, section 1).  Sizes under 4 MiB are left out of it: the host's latency,
+    not its rate, sets them.
+
+    >>> single = [(2**20 * s, 74e-6 + 2**20 * s / 8e9) for s in (4, 16)]
+    >>> pairs = {2: [(2**20 * s, 74e-6 + 2**20 * s / 7e9) for s in (4, 16)]}
+    >>> by, c = fit_staged_by_size(single, pairs, 1e9, 1 << 40, 74.0)   # copies too fast to count
+    >>> [(round(mib), round(gbps, 3)) for mib, gbps in by], round(c, 4)
+    ([(4, 8.0), (16, 8.0)], 0.1429)
+    """
+    probe = Machine("fit", host_copy_gbps=copy_gbps, staged_chunk_bytes=int(chunk_bytes))
+
+    def rates(samples):
+        out: dict[float, list[float]] = {}
+        for nbytes, seconds in samples:
+            fill, drain = staged_copy_seconds(nbytes, probe)
+            left = seconds - float(fill) - float(drain) - latency_us * 1e-6
+            if left > 0:
+                out.setdefault(float(nbytes), []).append(nbytes / left / 1e9)
+        return {b: float(np.median(v)) for b, v in out.items()}
+
+    alone = rates(single)
+    by_mib = tuple((b / 2**20, g) for b, g in sorted(alone.items()))
+    shares = [(alone[b] / g - 1.0) / (k - 1)
+              for k, samples in concurrent.items() if k >= 2
+              for b, g in rates(samples).items() if b in alone and b >= 4 * 2**20]
+    return by_mib, max(float(np.median(shares)), 0.0) if shares else 0.0
 
 
 def fit_gemm_curve(samples, dtype: str, memory_gbps: float, accumulate_passes: float = 2.0) -> GemmCurve:
@@ -1686,4 +1887,9 @@ def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, rank
             fields.update(staged_gbps=gbps, staged_latency_us=lat)
             if host is not None:
                 fields["staged_host_gbps"] = host
+            by_mib, contention = fit_staged_by_size(staged["single"], staged["concurrent"],
+                                                    fields.get("host_copy_gbps", Machine.host_copy_gbps),
+                                                    fields.get("staged_chunk_bytes", Machine.staged_chunk_bytes),
+                                                    lat)
+            fields.update(staged_gbps_by_mib=by_mib, staged_contention=contention)
     return Machine(**fields)

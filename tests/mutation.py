@@ -277,8 +277,8 @@ MUTATIONS = {
     ),
     "backend: poison returns before its fill lands": (
         "hpcmm/backend.py",
-        "                array.fill(np.nan)\n                self.cupy.cuda.get_current_stream().synchronize()\n",
-        "                array.fill(np.nan)\n",
+        "                super().poison(array)\n                self.cupy.cuda.get_current_stream().synchronize()\n",
+        "                super().poison(array)\n",
         ["tests/test_backend_streams.py"],
     ),
     "model measure: the timed shapes left out of the description": (
@@ -303,6 +303,30 @@ MUTATIONS = {
         "hpcmm/model.py",
         '        mps = bool(summ.get("mps", False))',
         "        mps = False",
+        ["tests/test_model.py"],
+    ),
+    "model: ranks of one GPU stretch every GEMM by their number": (
+        "hpcmm/model.py",
+        "    share = np.where(pl.sharers > 1, (1.0 if on_gpu else pl.sharers) / _sharing_efficiency(machine, mps), 1.0)",
+        "    share = np.where(pl.sharers > 1, pl.sharers / _sharing_efficiency(machine, mps), 1.0)",
+        ["tests/test_model.py"],
+    ),
+    "model: a staged broadcast among 4 reaches all at once": (
+        "hpcmm/model.py",
+        "    return (members >= lo) & (members <= hi) & (np.asarray(nbytes, dtype=float) >= STAGED_CHAIN_BYTES)",
+        "    return np.zeros(np.broadcast(members, nbytes).shape, dtype=bool)",
+        ["tests/test_model.py"],
+    ),
+    "model: staged transfers at once do not slow each other": (
+        "hpcmm/model.py",
+        "    return np.minimum(alone / (1.0 + machine.staged_contention * (k - 1.0)), machine.staged_host_gbps / k)",
+        "    return np.minimum(alone, machine.staged_host_gbps / k)",
+        ["tests/test_model.py"],
+    ),
+    "model: the 2.5d layers of one host share nothing": (
+        "hpcmm/model.py",
+        "        layers = 1.0 + (c - 1) * duty[-1]",
+        "        layers = 1.0",
         ["tests/test_model.py"],
     ),
     "grid orientation: the model keeps the wide grid": (

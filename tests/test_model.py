@@ -408,10 +408,11 @@ MEASURED = [
     ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, 750, 0.01136),
     ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, 2048, 0.1013),
 ]
-#: Staged cases still more than 15 % off with the chunk-pipeline model and that run's refitted staged
-#: figures (docs/scaling.md section 1): (ranks, m, rpn).  The second call measured the same cases
-#: 10-50 % faster; no calibration of that run can follow both (the section says why).
-STAGED_OPEN = {(2, 8192, 1), (8, 6001, 1), (8, 8192, 4)}  # the first call: staged products 10-50 % slower than later calls
+#: Staged cases still more than 15 % off with that run's refitted staged figures (docs/scaling.md
+#: section 1): (ranks, m, rpn).  The second call measured the same cases 10-50 % faster; no
+#: calibration of that run can follow both (the section says why).  Its description has one staged
+#: rate, no rate by size and no contention (its transport file was not kept).
+STAGED_OPEN = {(2, 8192, 1), (8, 8192, 4)}  # the first call: staged products 10-50 % slower than later calls
 
 
 def _measured_machine(kind):
@@ -736,8 +737,10 @@ MEASURED_1130 = [
     ("cuda-aware-c", 8, 10007, 6001, 3001, "float64", 2, "summa", 750, True, 0.010358),  # -10.8 %
     ("cuda-aware-c", 8, 16384, 16384, 16384, "float64", 4, "summa", 2048, True, 0.099726),  # +0.8 %
 ]
-#: The rows still outside 15 % (docs/scaling.md says why): they must stay below 35 % until fixed.
-OPEN_1130 = {0, 12, 14, 15, 22, 29, 46, 61, 63, 66, 67, 73}
+#: The rows still outside 15 % (docs/scaling.md says why): they must stay below 35 % until fixed.  Those
+#: of the staged path (all but 0, 15 and 22) are single runs, where the eighth and ninth calls took medians
+#: of three.
+OPEN_1130 = {0, 14, 15, 22, 45, 61, 63, 67, 70}
 
 
 def _machine_1130(kind):
@@ -856,11 +859,10 @@ MEASURED_RAMP_1130 = [
     ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, 0.04856),  # -1.4 % (ipc,staged)
     ("2.5d", 8, 8192, 8192, 8192, "float64", 4, "summa", 2048, 0.0519),  # -7.8 % (ipc,staged)
 ]
-#: The cases whose median is still outside 15 %: all on the staged path, where one case's three runs
-#: in one call spread by up to 40 % and the same case ran 0.072 s in one call and 0.100 s in another
-#: (docs/scaling.md, section 1).  They must stay below 35 % until fixed.
-OPEN_RAMP_1130 = {("system", 2, 8192, 1, "summa"), ("system", 4, 4096, 1, "summa"), ("system", 8, 4096, 2, "summa"),
-                  ("2.5d", 4, 8192, 2, "2.5d:2"), ("2.5d", 8, 8192, 4, "2.5d:4")}
+#: The case whose median is still outside 15 % (-20.1 %): the staged pair of 2 ranks, which ran 0.099-0.103 s
+#: in this call, 0.080-0.089 s in the eighth and 0.100-0.107 s in the ninth (docs/scaling.md, section 1).
+#: It must stay below 35 % until fixed.
+OPEN_RAMP_1130 = {("system", 2, 8192, 1, "summa")}
 
 
 def _ramp_cases():
@@ -1114,3 +1116,282 @@ def test_shared_run_9_under_mps_within_15_percent(index):
     p = predict(Problem(16384, 16384, 16384, "float64"), ranks, _machine_1130("system-d"), ranks_per_host=ranks,
                 grid=grid, mps=True)
     assert abs(p.seconds / seconds - 1) <= 0.15, (MEASURED_MPS_1130[index], p.seconds)
+
+
+# -- the model with the device's queue, the host MPI's chain, its rate by size and its contention -------
+#: tests/gpu/model_check.sh, the eighth call (sections system and 2.5d; repeats back to back) and the ninth
+#: (system, 2.5d with repeats in rounds, and cuda-aware), each against the description its call measured
+#: (data/machines/h200x2-2026-11-30-system-e.json, -system-f.json, -cuda-aware-f.json): (section, ranks,
+#: m, n, k, type, ranks per node, ranks per host, algo, grid, panel, prefetch, CUDA-aware, step order,
+#: measured seconds), as ``model check`` reads them from each results file.
+MEASURED_EIGHTH_1130 = [
+    ("system", 2, 16384, 16384, 16384, "float16", None, 2, "summa", "2x1", 8192, 1, False, "auto", 0.006115),
+    ("system", 2, 16384, 16384, 16384, "tf32", None, 2, "summa", "2x1", 8192, 1, False, "auto", 0.013015),
+    ("system", 2, 16384, 16384, 16384, "float64", None, 2, "summa", "1x2", 8192, 1, False, "auto", 0.082207),
+    ("system", 2, 8192, 8192, 8192, "float64", None, 2, "summa", "1x2", 4096, 1, False, "auto", 0.009564),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.088521),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.080381),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.079897),
+    ("system", 2, 12007, 9001, 6003, "float32", None, 2, "summa", "2x1", 3001, 1, False, "auto", 0.012968),
+    ("system", 4, 8192, 8192, 8192, "float64", None, 4, "summa", "1x4", 2048, 1, False, "auto", 0.011316),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.022508),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.027218),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.024398),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.046595),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.064123),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.045378),
+    ("system", 8, 16384, 16384, 16384, "float64", None, 8, "summa", "1x8", 2048, 1, False, "auto", 0.086645),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.015252),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.015834),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.015622),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.027164),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.026687),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.027821),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.053917),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.056433),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.06868),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.026644),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.025913),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.026996),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.020919),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.022832),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.022648),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.050096),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.048931),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.052866),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.047519),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.049545),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.047131),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.017223),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.019035),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.020721),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.018832),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.021181),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.021705),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.033401),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.029486),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.031934),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.029899),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.02836),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.029318),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.029821),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.027345),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.028115),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.049132),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.049332),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.049916),
+]
+MEASURED_NINTH_1130 = [
+    ("system", 2, 16384, 16384, 16384, "float16", None, 2, "summa", "2x1", 8192, 1, False, "auto", 0.006124),
+    ("system", 2, 16384, 16384, 16384, "tf32", None, 2, "summa", "2x1", 8192, 2, False, "auto", 0.01171),
+    ("system", 2, 16384, 16384, 16384, "float64", None, 2, "summa", "1x2", 8192, 1, False, "auto", 0.074034),
+    ("system", 2, 8192, 8192, 8192, "float64", None, 2, "summa", "1x2", 4096, 1, False, "auto", 0.009986),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.107047),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.105584),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.099722),
+    ("system", 2, 12007, 9001, 6003, "float32", None, 2, "summa", "2x1", 3001, 1, False, "auto", 0.01349),
+    ("system", 4, 8192, 8192, 8192, "float64", None, 4, "summa", "1x4", 2048, 1, False, "auto", 0.011075),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.027575),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.02888),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.030631),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.056941),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.052872),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.052365),
+    ("system", 8, 16384, 16384, 16384, "float64", None, 8, "summa", "1x8", 2048, 1, False, "auto", 0.086465),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.017342),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.017233),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.017249),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.037411),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.03676),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.031473),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.058749),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.058257),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.057469),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.03069),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.044142),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.030653),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.033559),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.031567),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.027518),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.057941),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.058624),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.054314),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.05653),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.054087),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.055902),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.021642),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.022958),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.021373),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.024723),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.023543),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.022175),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.036046),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.045234),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.037331),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.034915),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.033516),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.041898),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.036099),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.037412),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.034223),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.060661),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.059513),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.05627),
+    ("cuda-aware", 2, 16384, 16384, 16384, "float16", 1, 2, "summa", "2x1", 8192, 1, True, "common", 0.006378),
+    ("cuda-aware", 2, 16384, 16384, 16384, "float64", 1, 2, "summa", "2x1", 8192, 1, True, "common", 0.083776),
+    ("cuda-aware", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, True, "common", 0.010251),
+    ("cuda-aware", 4, 8192, 8192, 8192, "float32", 1, 4, "summa", "2x2", 2048, 1, True, "common", 0.013083),
+    ("cuda-aware", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, True, "common", 0.012268),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 1, 8, "summa", "4x2", 2048, 1, True, "common", 0.017105),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 2, 8, "summa", "4x2", 2048, 1, True, "common", 0.01575),
+    ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, 8, "summa", "4x2", 750, 1, True, "common", 0.01015),
+    ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, 8, "summa", "4x2", 2048, 1, True, "common", 0.098641),
+]
+#: The eighth call's cases outside 15 % by their median, section by section (docs/scaling.md, section 1):
+#: summa 10007x6001x6007 at 4 ranks, rpn 2, in the 2.5d section (+20.8 %; the same case's median was
+#: 0.02814 s in the seventh call, 0.02265 s in this one, 0.03157 s in the ninth), and 8192 at 8 ranks,
+#: rpn 4, in the system section (-15.2 %; the same case in the 2.5d section of the same call: -3.0 %).
+#: They must stay below 35 % until fixed.
+OPEN_EIGHTH_1130 = {("2.5d", 4, 10007, 2, "summa"), ("system", 8, 8192, 4, "summa")}
+
+
+def _call_cases(rows):
+    cases = {}
+    for row in rows:
+        cases.setdefault(row[:-1], []).append(row[-1])
+    return cases
+
+
+def _predicted_call(case, kind):
+    section, ranks, m, n, k, dtype, rpn, local, algo, grid, panel, prefetch, aware, order = case
+    return predict(Problem(m, n, k, dtype), ranks, _machine_1130(kind), ranks_per_node=rpn, ranks_per_host=local,
+                   grid=model._parse_grid(grid) if grid else None, panel=panel, prefetch=prefetch, algo=algo,
+                   cuda_aware=aware, step_order=order).seconds
+
+
+def _call_kind(case, call):
+    return {"eighth": "system-e", "ninth": "cuda-aware-f" if case[0] == "cuda-aware" else "system-f"}[call]
+
+
+@pytest.mark.parametrize("call, case", [("eighth", c) for c in _call_cases(MEASURED_EIGHTH_1130)]
+                         + [("ninth", c) for c in _call_cases(MEASURED_NINTH_1130)], ids=str)
+def test_eighth_and_ninth_calls_within_15_percent(call, case):
+    """Every case of the two latest calls: the median of its runs within 15 % (the eighth call's open case
+    below 35 %), as ``model check`` printed it."""
+    runs = _call_cases(MEASURED_EIGHTH_1130 if call == "eighth" else MEASURED_NINTH_1130)[case]
+    err = abs(_predicted_call(case, _call_kind(case, call)) / float(np.median(runs)) - 1)
+    key = (case[0], case[1], case[2], case[6], case[8])
+    _within_15_percent_or_open(err, call == "eighth" and key in OPEN_EIGHTH_1130, (call, case, runs))
+
+
+@pytest.mark.parametrize("call", ["eighth", "ninth"])
+def test_eighth_and_ninth_2p5d_gains_within_15_percent(call):
+    """2.5D over summa on the emulated slow network, medians of the 2.5d section: the predicted speed-up
+    within 15 % of the measured one."""
+    cases = {c: r for c, r in _call_cases(MEASURED_EIGHTH_1130 if call == "eighth" else MEASURED_NINTH_1130).items()
+             if c[0] == "2.5d"}
+    summa = {c[1:8]: c for c in cases if c[8] == "summa"}
+    pairs = [(c, summa[c[1:8]]) for c in cases if c[8] != "summa"]
+    assert len(pairs) == 6
+    for case, base in pairs:
+        measured = float(np.median(cases[base])) / float(np.median(cases[case]))
+        predicted = _predicted_call(base, "system-e" if call == "eighth" else "system-f") / \
+            _predicted_call(case, "system-e" if call == "eighth" else "system-f")
+        assert abs(predicted / measured - 1) <= 0.15, (case, measured, predicted)
+
+
+def test_a_shared_gpu_runs_its_ranks_gemms_one_after_the_other():
+    """GEMMs of ranks that share a GPU and do not meet in time lose nothing; those that meet wait in turn."""
+    free = np.zeros(2)
+    devices = np.array([0, 0, 1])
+    end = model._device_queue(np.array([0.0, 5.0, 0.0]), np.array([1.0, 1.0, 1.0]), devices, free)
+    assert end.tolist() == [1.0, 6.0, 1.0]
+    end = model._device_queue(np.array([10.0, 10.5, 10.0]), np.array([1.0, 1.0, 2.0]), devices, free)
+    assert end.tolist() == [11.0, 12.0, 12.0]
+    assert free.tolist() == [12.0, 12.0]
+    # GEMM-bound, 4 ranks on 2 GPUs: each GPU still does half the flops at the shared rate
+    machine = builtin("h200x2")
+    prob = Problem(16384, 16384, 16384)
+    half = prob.flops / 2 / (machine.curve("float64").tflops * 1e12)
+    assert predict(prob, 4, machine, ranks_per_host=4).seconds > half / machine.shared_device_efficiency * 0.95
+
+
+def test_a_copy_waits_only_for_the_contexts_with_a_gemm_pending():
+    device = np.array([0, 0, 0, 1])
+    gstart = np.array([[np.nan], [0.0], [20.0], [0.0]])
+    gend = np.array([[np.nan], [10.0], [30.0], [10.0]])
+    busy = model._busy_others(device, gstart, gend, np.array([0.0, 0, 0, 0]), np.array([10.0, 10, 10, 10]))
+    assert busy.tolist() == [1.0, 0.0, 1.0, 0.0]  # rank 3 has its device alone
+    busy = model._busy_others(device, gstart, gend, np.full(4, 5.0), np.full(4, 25.0))
+    assert busy[0] == pytest.approx(0.5)
+
+
+def test_a_staged_broadcast_among_four_is_a_chain(monkeypatch):
+    """Open MPI's broadcast of 1 MiB or more among 4 to 7 ranks: one hop after the other, each member leaving
+    once it has passed the message on; a product whose staged broadcasts have 4 members takes longer for it."""
+    from types import SimpleNamespace
+
+    ro = SimpleNamespace(comm=np.zeros(4, dtype=int),
+                         role=np.array([model._LEADER, model._SELF, model._LEADER, model._LEADER]))
+    ends = model._chain_ends(ro, np.ones(4, dtype=bool), np.zeros(4), np.full(4, 1e9), np.ones(4), 0.0)
+    assert ends.tolist() == [2.0, 1.0, 3.0, 3.0]  # root (rank 1) after one hop, the last member after three
+    ends = model._chain_ends(ro, np.ones(4, dtype=bool), np.array([0.0, 0.0, 5.0, 0.0]), np.full(4, 1e9),
+                             np.ones(4), 0.0)
+    assert ends.tolist() == [6.0, 1.0, 7.0, 7.0]  # a member that comes late holds up the rest of the chain
+    prob = Problem(4096, 4096, 4096)
+    kw = dict(ranks_per_node=2, ranks_per_host=8, cuda_aware=False)
+    machine = _machine_1130("system-f")  # the ninth call's description: 4096^3 there ran 0.0368 s, 0.0313 predicted
+    chained = predict(prob, 8, machine, **kw).seconds
+    monkeypatch.setattr(model, "STAGED_CHAIN_MEMBERS", (0, 0))
+    assert chained > 1.1 * predict(prob, 8, machine, **kw).seconds
+
+
+def test_staged_rate_by_size_and_contention_from_the_transport_file(tmp_path):
+    """``bench transport``'s staged rows by size and its rows of pairs at once give the description's
+    rate by size and contention; the model then slows k transfers at once by 1 + c (k - 1)."""
+    from hpcmm import h5io
+
+    links = tmp_path / "links.h5"
+    sizes = (1 << 22, 1 << 24, 1 << 26)
+    rate = {1 << 22: 6.0, 1 << 24: 8.0, 1 << 26: 7.0}
+    rows = [{"src": 0, "dst": dst, "path": "staged", "bytes": b, "seconds": 1e-4 + b / (rate[b] * 1e9), "gbps": 0.0}
+            for dst in (1, 2) for b in sizes]
+    rows += [{"src": 0, "dst": 1, "path": f"staged-x{k}", "bytes": b,
+              "seconds": 1e-4 + b * (1 + 0.2 * (k - 1)) / (rate[b] * 1e9), "gbps": 0.0} for k in (2, 3) for b in sizes]
+    h5io.write_table_file(str(links), False, "bench-transport", "transport", rows, {"hpcmm": "test"})
+    _, staged = model._read_transport(str(links))
+    by_mib, contention = model.fit_staged_by_size(staged["single"], staged["concurrent"], 1e6, 1 << 40, 100.0)
+    assert [mib for mib, _ in by_mib] == [4.0, 16.0, 64.0]
+    assert [g for _, g in by_mib] == pytest.approx([6.0, 8.0, 7.0], rel=1e-3)
+    assert contention == pytest.approx(0.2, rel=1e-3)
+    m = model.Machine("t", staged_gbps_by_mib=by_mib, staged_contention=contention, staged_host_gbps=1e3,
+                      staged_chunk_bytes=1 << 40)
+    assert model.staged_rate(1 << 24, m, concurrent=3) == pytest.approx(8.0 / 1.4, rel=1e-3)
+    # the host MPI moves a chunk at a time: a message of many chunks moves at a chunk's rate
+    assert model.staged_rate(1 << 26, m.replace(staged_chunk_bytes=1 << 24)) == pytest.approx(8.0, rel=1e-3)
+    with pytest.raises(InputError, match="staged_contention"):
+        m.replace(staged_contention=-0.1)
+
+
+def test_the_2p5d_layers_of_one_host_share_its_staged_path(monkeypatch):
+    """On one host the c layers' staged transfers meet: each layer is simulated with 1 + (c - 1) x its duty
+    transfers at once; layers on hosts of their own (``hosts`` 0) meet none."""
+    seen = []
+    simulate = model._simulate
+
+    def spy(*args, **kw):
+        seen.append(kw.get("host_layers", 1.0))
+        return simulate(*args, **kw)
+
+    monkeypatch.setattr(model, "_simulate", spy)
+    prob = Problem(8192, 8192, 8192)
+    machine = builtin("h200x2").replace(staged_contention=0.2)
+    kw = dict(ranks_per_node=4, ranks_per_host=8, cuda_aware=False, algo="2.5d:4")
+    shared = predict(prob, 8, machine, **kw).seconds
+    assert seen[0] == 1.0 and 1.0 < seen[-1] < 4.0
+    monkeypatch.setattr(model, "_simulate", lambda *a, **k: simulate(*a, **{**k, "host_layers": 1.0}))
+    assert shared > predict(prob, 8, machine, **kw).seconds
+    seen.clear()
+    monkeypatch.setattr(model, "_simulate", spy)
+    predict(prob, 16, builtin("h200x8-ndr"), ranks_per_node=8, cuda_aware=False, algo="2.5d:4")
+    assert seen == [1.0]

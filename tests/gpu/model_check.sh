@@ -18,9 +18,9 @@
 # rate (staged path) moved by a third between calls with unbound ranks.  What the launcher applied
 # and what this script bound are in $OUT/bind/CASE/rank-R.txt and in the log.
 # MODEL_CHECK_BIND=none leaves the ranks as the launcher placed them.
-# Repeats: every staged case (and every 2.5d case) runs MODEL_CHECK_REPEATS times (default 3), and
-# model check adds the prediction's error against their median: two runs of one staged case in one
-# call differed by 27-32 % (docs/scaling.md, section 1).
+# Repeats: every staged case (and every 2.5d case) runs MODEL_CHECK_REPEATS times (default 3), in
+# rounds (each case once, then each again), and model check adds the prediction's error against their
+# median: two runs of one staged case in one call differed by 27-32 % (docs/scaling.md, section 1).
 # About 6 minutes of GPU time for system and 2.5d together with the repeats (3 without), 3 for cuda-aware.
 # MODEL_CHECK_PACK=1 puts the HDF5 files and the bind records into $OUT/files.tgz at the end.
 # MODEL_CHECK_SHAPES (MxNxW,...; "" for none) are the C blocks `model measure --shapes` times exactly
@@ -97,13 +97,30 @@ case_run() {  # case_run KIND NAME RANKS ARGS...
     || { echo "FAILED: [$kind] $name" | tee -a "$log"; failed=$((failed + 1)); }
 }
 
-case_reps() {  # case_reps KIND NAME RANKS ARGS...: case_run $MODEL_CHECK_REPEATS times (default 3); the staged
-  # path does not repeat itself (two runs of one case differed by 27-32 % in one call), so model check
-  # compares the median of the repeats as well as each run
-  local kind=$1 name=$2; shift 2
-  local i
-  case_run "$kind" "$name" "$@"
-  for i in $(seq 2 "${MODEL_CHECK_REPEATS:-3}"); do case_run "$kind" "$name-rep$i" "$@"; done
+queued=()
+case_reps() {  # case_reps KIND NAME RANKS ARGS...: queue a case to run $MODEL_CHECK_REPEATS times (default 3) by
+  # run_queued; the staged path does not repeat itself (two runs of one case differed by 27-32 % in one
+  # call), so model check compares the median of the repeats as well as each run
+  local arg line=""
+  for arg in "$@"; do line+="$(printf '%q ' "$arg")"; done
+  queued+=("$line")
+}
+
+run_queued() {  # the queued cases in rounds (every case once, then again): a drift of the machine during the
+  # call then falls on every case alike, not on one case's repeats (they ran back to back before)
+  local i line
+  local -a args
+  for i in $(seq 1 "${MODEL_CHECK_REPEATS:-3}"); do
+    for line in "${queued[@]}"; do
+      eval "args=($line)"
+      if [ "$i" = 1 ]; then
+        case_run "${args[0]}" "${args[1]}" "${args[@]:2}"
+      else
+        case_run "${args[0]}" "${args[1]}-rep$i" "${args[@]:2}"
+      fi
+    done
+  done
+  queued=()
 }
 
 calibrate() {  # calibrate KIND RANKS SIZES [transport options]
@@ -154,6 +171,7 @@ if has system || has 2.5d; then
   case_reps system n8-rpn2-4096 8 --m 4096 --n 4096 --k 4096 --ranks-per-node 2
   case_reps system n8-rpn4-8192 8 --m 8192 --n 8192 --k 8192 --ranks-per-node 4
   case_reps system n8-rpn1-f32 8 --m 6001 --n 4099 --k 3001 --dtype float32 --ranks-per-node 1
+  run_queued
   case_run system n2-8192 2 --m 8192 --n 8192 --k 8192
   case_run system n2-16384 2 --m 16384 --n 16384 --k 16384
   case_run system n2-16384-f16 2 --m 16384 --n 16384 --k 16384 --dtype float16
@@ -179,6 +197,7 @@ if has system || has 2.5d; then
         case_reps system25 "n8-rpn4-$tag-${algo/:/-}" 8 --m "$1" --n "$2" --k "$3" --ranks-per-node 4 --algo "$algo"
       done
     done
+    run_queued
     python3 -m hpcmm model check "$OUT"/system25-*.h5 --machine "$OUT/machine-system.json" | tee "$OUT/table-2.5d.txt"
   else
     echo "2.5d: this hpcmm has no --algo yet; section skipped" | tee -a "$log" "$OUT/table-2.5d.txt"
