@@ -27,10 +27,16 @@ grid, the placement of ranks on nodes, the panel and prefetch, and a
 * the GEMM rate by local shape (a fitted curve per type, plus the pass over C
   that ``beta = 1`` costs; symmetric in m and n, so it does not see the C block's face that
   :mod:`hpcmm.grid_orientation` turns by, except for the block shapes whose rate the description
-  holds measured, ``GemmCurve.shapes``), ranks that share a device share its rate (time-sliced,
-  ``shared_device_efficiency``; as clients of an MPS server, ``mps_device_efficiency``);
+  holds measured, ``GemmCurve.shapes``); a GPU shared by several ranks runs their GEMMs one after
+  the other as they become ready (time-sliced, each at ``shared_device_efficiency`` of its rate; as
+  clients of an MPS server, ``mps_device_efficiency``), so ranks whose GEMMs do not meet lose nothing,
+  and a copy of a time-sliced rank waits a turn (``shared_mpi_us``) for each other rank of its GPU
+  that has a GEMM pending meanwhile;
 * links are shared: pulls from one source device share its port, broadcasts
-  through one NIC share it, staged transfers share the host's MPI.
+  through one NIC share it, staged transfers share the host's MPI: its rate by message size
+  (a chunk's), slowed by each other staged transfer at once (``staged_contention``), and its
+  broadcast algorithm (a chain among 4 to 7 members, :func:`staged_chain`); the 2.5D layers of one
+  host share it too.
 
 Worked example: ``predict(Problem(8192, 8192, 8192, "float64"), ranks=2,
 machine=builtin("h200x2"))`` gives a 1×2 grid (float64 on one node faces tall,
@@ -178,7 +184,8 @@ class Machine:
     shared_mpi_us : float
         Wait of one round of an ``mpi`` broadcast (``ceil(log2(members))`` rounds) per
         other rank that time-slices the device of a member: each round's device copy runs
-        only in its context's turn, and the device computes nothing meanwhile.
+        only in its context's turn, and the device computes nothing meanwhile.  A ``staged``
+        transfer waits it once per chunk for each other rank of its device with a GEMM pending.
     cuda_aware : bool
         Whether the MPI takes device buffers (``mpi``) or hpcmm stages (``staged``).
     shared_device_efficiency : float
@@ -503,26 +510,30 @@ def staged_chain(members, nbytes):
     return (members >= lo) & (members <= hi) & (np.asarray(nbytes, dtype=float) >= STAGED_CHAIN_BYTES)
 
 
-def _chain_ends(ro, chain, ready, size, gbps, latency_us):
+def _chain_ends(ro, chain, ready, size, gbps, latency_us, chunk_bytes):
     """When each member of a chained broadcast (:func:`staged_chain`) leaves the MPI call.
 
     The chain runs from the root through the other members in their order in the broadcast's
-    communicator.  Member j receives once member j - 1 holds the message and member j has
-    arrived (``ready``; for the root: its first chunk on the host), one hop of ``size`` bytes
-    at the sender's ``gbps``.  The root leaves after its hop, a member inside the chain once it
-    has passed the message on, the last one once it has it.
+    communicator.  Member j receives the first chunk once member j - 1 holds it and member j
+    has arrived (``ready``; for the root: its first chunk on the host), one hop at the
+    sender's ``gbps``; the later chunks follow it down the chain, one broadcast each, so
+    member j holds the whole message their time after its first chunk.  The root leaves once
+    the next member holds the message, a member inside the chain once it has passed the
+    message on, the last one once it has it.
     """
     out = np.full(len(chain), np.nan)
     for c in np.unique(ro.comm[chain]):
         group = np.flatnonzero(chain & (ro.comm == c))
         root = group[ro.role[group] == _SELF]
         order = [*root, *(r for r in group if r not in root)]
-        hop = latency_us * 1e-6 + size[order[0]] / (gbps[order[0]] * 1e9)
+        rate = gbps[order[0]] * 1e9
+        first = min(size[order[0]], float(chunk_bytes))
+        hop, rest = latency_us * 1e-6 + first / rate, (size[order[0]] - first) / rate
         held = ready[order[0]]
         received = []
         for member in order[1:]:
             held = max(held, ready[member]) + hop
-            received.append(held)
+            received.append(held + rest)
         for j, member in enumerate(order):
             out[member] = received[min(j, len(received) - 1)]
     return out
@@ -878,7 +889,8 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                         crowd = np.bincount(pl.host[movers], minlength=pl.host.max() + 1)[pl.host] * host_layers
                         hop = staged_rate(size, machine, crowd)
                         first = np.where(ro.role == _SELF, arrive + fill, arrive)
-                        end = np.where(chain, _chain_ends(ro, chain, first, size, hop, lat), end)
+                        end = np.where(chain, _chain_ends(ro, chain, first, size, hop, lat,
+                                                          machine.staged_chunk_bytes), end)
                     if on_gpu:
                         # Every chunk, root and receivers wait on the host for a copy of their
                         # device; time-sliced by S ranks, that copy runs in its context's turn,

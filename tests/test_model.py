@@ -1333,11 +1333,14 @@ def test_a_staged_broadcast_among_four_is_a_chain(monkeypatch):
 
     ro = SimpleNamespace(comm=np.zeros(4, dtype=int),
                          role=np.array([model._LEADER, model._SELF, model._LEADER, model._LEADER]))
-    ends = model._chain_ends(ro, np.ones(4, dtype=bool), np.zeros(4), np.full(4, 1e9), np.ones(4), 0.0)
+    chain, whole = np.ones(4, dtype=bool), 1 << 40
+    ends = model._chain_ends(ro, chain, np.zeros(4), np.full(4, 1e9), np.ones(4), 0.0, whole)
     assert ends.tolist() == [2.0, 1.0, 3.0, 3.0]  # root (rank 1) after one hop, the last member after three
-    ends = model._chain_ends(ro, np.ones(4, dtype=bool), np.array([0.0, 0.0, 5.0, 0.0]), np.full(4, 1e9),
-                             np.ones(4), 0.0)
+    ends = model._chain_ends(ro, chain, np.array([0.0, 0.0, 5.0, 0.0]), np.full(4, 1e9), np.ones(4), 0.0, whole)
     assert ends.tolist() == [6.0, 1.0, 7.0, 7.0]  # a member that comes late holds up the rest of the chain
+    # in chunks of a quarter, the later chunks follow the first down the chain: 3 hops of a chunk, then 3 chunks
+    ends = model._chain_ends(ro, chain, np.zeros(4), np.full(4, 1e9), np.ones(4), 0.0, 250_000_000)
+    assert ends.tolist() == pytest.approx([1.25, 1.0, 1.5, 1.5])
     prob = Problem(4096, 4096, 4096)
     kw = dict(ranks_per_node=2, ranks_per_host=8, cuda_aware=False)
     machine = _machine_1130("system-f")  # the ninth call's description: 4096^3 there ran 0.0368 s, 0.0313 predicted
