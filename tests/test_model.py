@@ -1247,12 +1247,74 @@ MEASURED_NINTH_1130 = [
     ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, 8, "summa", "4x2", 750, 1, True, "common", 0.01015),
     ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, 8, "summa", "4x2", 2048, 1, True, "common", 0.098641),
 ]
+#: The tenth call (sections system and 2.5d, repeats in rounds; the same tree as the ninth), against its own
+#: description (data/machines/h200x2-2026-11-30-system-g.json).
+MEASURED_TENTH_1130 = [
+    ("system", 2, 16384, 16384, 16384, "float16", None, 2, "summa", "2x1", 8192, 1, False, "auto", 0.006314),
+    ("system", 2, 16384, 16384, 16384, "tf32", None, 2, "summa", "2x1", 8192, 2, False, "auto", 0.012326),
+    ("system", 2, 16384, 16384, 16384, "float64", None, 2, "summa", "1x2", 8192, 1, False, "auto", 0.076088),
+    ("system", 2, 8192, 8192, 8192, "float64", None, 2, "summa", "1x2", 4096, 1, False, "auto", 0.01038),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.079451),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.093962),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.078987),
+    ("system", 2, 12007, 9001, 6003, "float32", None, 2, "summa", "2x1", 3001, 1, False, "auto", 0.013632),
+    ("system", 4, 8192, 8192, 8192, "float64", None, 4, "summa", "1x4", 2048, 1, False, "auto", 0.011782),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.02532),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.02909),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.026557),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.072353),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.050068),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.05072),
+    ("system", 8, 16384, 16384, 16384, "float64", None, 8, "summa", "1x8", 2048, 1, False, "auto", 0.087646),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.016199),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.016916),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.015948),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.03465),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.032231),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.029845),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.052547),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.068834),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.054751),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.032636),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.035543),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.034705),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.029186),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0279),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.029507),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.059494),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.059163),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.060458),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.054393),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.063337),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.05561),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.023266),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.024971),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.021858),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.024306),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.026779),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.023964),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.041934),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.039901),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.039667),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.038099),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.046553),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.035167),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.046216),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.04038),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.03648),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.059433),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.059476),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.056225),
+]
 #: The eighth call's cases outside 15 % by their median, section by section (docs/scaling.md, section 1):
 #: summa 10007x6001x6007 at 4 ranks, rpn 2, in the 2.5d section (+20.8 %; the same case's median was
 #: 0.02814 s in the seventh call, 0.02265 s in this one, 0.03157 s in the ninth), and 8192 at 8 ranks,
 #: rpn 4, in the system section (-15.2 %; the same case in the 2.5d section of the same call: -3.0 %).
 #: They must stay below 35 % until fixed.
 OPEN_EIGHTH_1130 = {("2.5d", 4, 10007, 2, "summa"), ("system", 8, 8192, 4, "summa")}
+#: The tenth call's case outside 15 % by its median (-16.6 %): summa 10007x6001x6007 at 8 ranks, rpn 4, in the
+#: 2.5d section (-10.9 % in the ninth call).  Below 35 % until fixed (docs/scaling.md).
+OPEN_TENTH_1130 = {("2.5d", 8, 10007, 4, "summa")}
 
 
 def _call_cases(rows):
@@ -1269,35 +1331,40 @@ def _predicted_call(case, kind):
                    cuda_aware=aware, step_order=order).seconds
 
 
+_CALLS = {"eighth": (MEASURED_EIGHTH_1130, OPEN_EIGHTH_1130), "ninth": (MEASURED_NINTH_1130, set()),
+          "tenth": (MEASURED_TENTH_1130, OPEN_TENTH_1130)}
+
+
 def _call_kind(case, call):
-    return {"eighth": "system-e", "ninth": "cuda-aware-f" if case[0] == "cuda-aware" else "system-f"}[call]
+    if call == "ninth" and case[0] == "cuda-aware":
+        return "cuda-aware-f"
+    return {"eighth": "system-e", "ninth": "system-f", "tenth": "system-g"}[call]
 
 
-@pytest.mark.parametrize("call, case", [("eighth", c) for c in _call_cases(MEASURED_EIGHTH_1130)]
-                         + [("ninth", c) for c in _call_cases(MEASURED_NINTH_1130)], ids=str)
-def test_eighth_and_ninth_calls_within_15_percent(call, case):
-    """Every case of the two latest calls: the median of its runs within 15 % (the eighth call's open case
-    below 35 %), as ``model check`` printed it."""
-    runs = _call_cases(MEASURED_EIGHTH_1130 if call == "eighth" else MEASURED_NINTH_1130)[case]
+@pytest.mark.parametrize("call, case", [(call, c) for call in _CALLS for c in _call_cases(_CALLS[call][0])], ids=str)
+def test_latest_calls_within_15_percent(call, case):
+    """Every case of the three latest calls: the median of its runs within 15 % (the open cases below 35 %), as
+    ``model check`` printed it."""
+    rows, open_cases = _CALLS[call]
+    runs = _call_cases(rows)[case]
     err = abs(_predicted_call(case, _call_kind(case, call)) / float(np.median(runs)) - 1)
     key = (case[0], case[1], case[2], case[6], case[8])
-    _within_15_percent_or_open(err, call == "eighth" and key in OPEN_EIGHTH_1130, (call, case, runs))
+    _within_15_percent_or_open(err, key in open_cases, (call, case, runs))
 
 
-@pytest.mark.parametrize("call", ["eighth", "ninth"])
-def test_eighth_and_ninth_2p5d_gains_within_15_percent(call):
+@pytest.mark.parametrize("call", list(_CALLS))
+def test_latest_2p5d_gains_within_15_percent(call):
     """2.5D over summa on the emulated slow network, medians of the 2.5d section: the predicted speed-up
-    within 15 % of the measured one."""
-    cases = {c: r for c, r in _call_cases(MEASURED_EIGHTH_1130 if call == "eighth" else MEASURED_NINTH_1130).items()
-             if c[0] == "2.5d"}
+    within 15 % of the measured one (the tenth call's 2.5d:2 at 10007x6001x6007, 4 ranks: +14.99 %)."""
+    rows = _CALLS[call][0]
+    cases = {c: r for c, r in _call_cases(rows).items() if c[0] == "2.5d"}
     summa = {c[1:8]: c for c in cases if c[8] == "summa"}
     pairs = [(c, summa[c[1:8]]) for c in cases if c[8] != "summa"]
     assert len(pairs) == 6
     for case, base in pairs:
         measured = float(np.median(cases[base])) / float(np.median(cases[case]))
-        predicted = _predicted_call(base, "system-e" if call == "eighth" else "system-f") / \
-            _predicted_call(case, "system-e" if call == "eighth" else "system-f")
-        assert abs(predicted / measured - 1) <= 0.15, (case, measured, predicted)
+        predicted = _predicted_call(base, _call_kind(base, call)) / _predicted_call(case, _call_kind(case, call))
+        assert abs(predicted / measured - 1) <= 0.15, (call, case, measured, predicted)
 
 
 def test_a_shared_gpu_runs_its_ranks_gemms_one_after_the_other():
