@@ -1,0 +1,185 @@
+"""What a GEMM on a time-sliced GPU waits for: the other contexts' GEMMs only, or their copies too.
+
+Launch on one node, every rank on GPU 0, no MPS daemon::
+
+    mpiexec -n 4 python3 tests/gpu/timeslice_probe.py [--shape 2502x3001x1501] [--copy-mib 32]
+                                                      [--seconds 1.5] [--json FILE]
+
+Rank 0 multiplies float64 blocks (``C = A·B``, by default the C block and panel of a full step of
+summa 10007x6001x6007 at 8 ranks, rpn 4: the case docs/scaling.md section 1 leaves open), one
+GEMM at a time, each timed with CUDA events as the engine's timeline times it.  The other ranks
+are the other contexts of that GPU.  Four phases of ``--seconds`` each:
+
+``gemm alone``
+    rank 0 multiplies, the others wait;
+``copies alone``
+    the others copy ``--copy-mib`` chunks between pinned host memory and the GPU, one way then
+    the other (the staged path's chunk copies), rank 0 waits;
+``gemm + copies``
+    both at once;
+``gemm + gemms``
+    the others multiply the same blocks meanwhile.
+
+Rank 0 prints, per phase, its GEMMs' median, 90th percentile and maximum, and the copies' GB/s
+summed over the copying ranks; ``--json`` writes the same.  The cost model (``hpcmm.model``) runs
+a GPU's GEMMs in turn and makes a copy wait for contexts with a GEMM pending; whether a GEMM also
+waits for other contexts' copies is what ``gemm + copies`` against ``gemm alone`` says.
+Exit status 2 without a usable GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+PHASES = ("gemm alone", "copies alone", "gemm + copies", "gemm + gemms")
+_STOP = 7  # tag of rank 0's message that ends a phase
+
+
+def _parse_shape(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"--shape={text!r}: expected MxNxK, e.g. 2502x3001x1501") from None
+    if min(m, n, k) < 1:
+        raise SystemExit(f"--shape={text!r}: every extent must be at least 1")
+    return m, n, k
+
+
+def _cupy():
+    """cupy on GPU 0, or None where it does not import or sees no device."""
+    try:
+        import cupy  # noqa: PLC0415
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return None
+    except Exception:  # noqa: BLE001 - any failure to reach a GPU means: no GPU here
+        return None
+    cupy.cuda.Device(0).use()
+    return cupy
+
+
+def _gemms(cp, a, b, c, stream, seconds: float) -> list[float]:
+    """Back-to-back GEMMs for ``seconds``, each timed with events (milliseconds)."""
+    times, end = [], time.perf_counter() + seconds
+    with stream:
+        while time.perf_counter() < end:
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            cp.matmul(a, b, out=c)
+            stop.record(stream)
+            stop.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, stop))
+    return times
+
+
+def _until_stopped(comm, work) -> int:
+    """Run ``work()`` (one synchronized unit) until rank 0 says stop; the units done."""
+    done = 0
+    while not comm.Iprobe(source=0, tag=_STOP):
+        work()
+        done += 1
+    comm.recv(source=0, tag=_STOP)
+    return done
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="2502x3001x1501", help="MxNxK of rank 0's GEMM (C is MxN)")
+    parser.add_argument("--copy-mib", type=int, default=32, help="chunk of each copy (MiB)")
+    parser.add_argument("--seconds", type=float, default=1.5, help="length of each phase")
+    parser.add_argument("--json", default=None, help="write the figures here (rank 0)")
+    args = parser.parse_args()
+    m, n, k = _parse_shape(args.shape)
+    if args.copy_mib < 1 or not args.seconds > 0:
+        raise SystemExit(f"--copy-mib={args.copy_mib} and --seconds={args.seconds} must be positive")
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    cp = _cupy()
+    if not all(comm.allgather(cp is not None)):
+        if rank == 0:
+            print("timeslice_probe: needs a GPU on every rank (cupy does not import or sees no device)",
+                  file=sys.stderr)
+        return 2
+    if size < 2:
+        print("timeslice_probe: needs at least 2 ranks (mpiexec -n 4 ...)", file=sys.stderr)
+        return 2
+    import cupyx  # noqa: PLC0415
+
+    rng = cp.random.default_rng(rank)
+    a = cp.asfortranarray(rng.standard_normal((m, k)))
+    b = cp.asfortranarray(rng.standard_normal((k, n)))
+    c = cp.empty((m, n), order="F")
+    chunk = args.copy_mib << 20
+    host = cupyx.empty_pinned((chunk,), dtype=np.uint8)
+    host[:] = 1
+    dev = cp.empty(chunk, dtype=np.uint8)
+    stream = cp.cuda.Stream(non_blocking=True)
+
+    def copy_both_ways() -> None:
+        dev.set(host, stream=stream)
+        dev.get(stream=stream, out=host)
+        stream.synchronize()
+
+    def gemm() -> None:
+        with stream:
+            cp.matmul(a, b, out=c)
+        stream.synchronize()
+
+    _gemms(cp, a, b, c, stream, 0.2)  # warm: cuBLAS handle, clocks
+    copy_both_ways()
+    results = {}
+    for phase in PHASES:
+        comm.Barrier()
+        if rank == 0:
+            t0 = time.perf_counter()
+            if phase.startswith("gemm"):
+                times = _gemms(cp, a, b, c, stream, args.seconds)
+            else:
+                time.sleep(args.seconds)
+                times = []
+            elapsed = time.perf_counter() - t0
+            for r in range(1, size):
+                comm.send(None, dest=r, tag=_STOP)
+            chunks = comm.reduce(0, op=MPI.SUM, root=0)
+            row = {"copies_gbps": 2 * chunks * chunk / elapsed / 1e9, "gemms": len(times)}
+            if times:
+                row.update(median_ms=float(np.median(times)), p90_ms=float(np.percentile(times, 90)),
+                           max_ms=float(np.max(times)))
+            results[phase] = row
+        else:
+            if phase in ("copies alone", "gemm + copies"):
+                done = _until_stopped(comm, copy_both_ways)
+            elif phase == "gemm + gemms":
+                _until_stopped(comm, gemm)
+                done = 0
+            else:
+                _until_stopped(comm, lambda: time.sleep(0.001))
+                done = 0
+            comm.reduce(done, op=MPI.SUM, root=0)
+    if rank == 0:
+        flops = 2.0 * m * n * k
+        print(f"GPU 0 shared by {size} ranks; rank 0's GEMM {m}x{n}x{k} float64, the others' copies "
+              f"{args.copy_mib} MiB each way")
+        print(f"{'phase':16s} {'GEMMs':>6s} {'median ms':>10s} {'p90 ms':>8s} {'max ms':>8s} {'TFLOP/s':>8s} "
+              f"{'copies GB/s':>12s}")
+        for phase, row in results.items():
+            if row["gemms"]:
+                print(f"{phase:16s} {row['gemms']:6d} {row['median_ms']:10.3f} {row['p90_ms']:8.3f} "
+                      f"{row['max_ms']:8.3f} {flops / row['median_ms'] / 1e9:8.2f} {row['copies_gbps']:12.1f}")
+            else:
+                print(f"{phase:16s} {'-':>6s} {'-':>10s} {'-':>8s} {'-':>8s} {'-':>8s} {row['copies_gbps']:12.1f}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"ranks": size, "shape": [m, n, k], "copy_mib": args.copy_mib, "phases": results}, f,
+                          indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
