@@ -18,7 +18,12 @@ are the other contexts of that GPU.  Four phases of ``--seconds`` each:
 ``gemm + copies``
     both at once;
 ``gemm + gemms``
-    the others multiply the same blocks meanwhile.
+    the others multiply the same blocks meanwhile;
+``gemm + both``
+    the others multiply and copy at once (a GEMM on one stream, a chunk each way on another, as a
+    product's compute and communication streams do);
+``both + both``
+    rank 0 copies a chunk each way on a second stream beside each of its GEMMs too.
 
 Rank 0 prints, per phase, its GEMMs' median, 90th percentile and maximum, and the copies' GB/s
 summed over the copying ranks; ``--json`` writes the same.  The cost model (``hpcmm.model``) runs
@@ -37,7 +42,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-PHASES = ("gemm alone", "copies alone", "gemm + copies", "gemm + gemms")
+PHASES = ("gemm alone", "copies alone", "gemm + copies", "gemm + gemms", "gemm + both", "both + both")
 _STOP = 7  # tag of rank 0's message that ends a phase
 
 
@@ -64,16 +69,21 @@ def _cupy():
     return cupy
 
 
-def _gemms(cp, a, b, c, stream, seconds: float) -> list[float]:
-    """Back-to-back GEMMs for ``seconds``, each timed with events (milliseconds)."""
+def _gemms(cp, a, b, c, stream, seconds: float, beside=None) -> list[float]:
+    """Back-to-back GEMMs for ``seconds``, each timed with events (milliseconds); ``beside()``, where
+    given, queues other work on another stream before each GEMM and waits for it after."""
     times, end = [], time.perf_counter() + seconds
     with stream:
         while time.perf_counter() < end:
+            if beside is not None:
+                side = beside()
             start, stop = cp.cuda.Event(), cp.cuda.Event()
             start.record(stream)
             cp.matmul(a, b, out=c)
             stop.record(stream)
             stop.synchronize()
+            if beside is not None:
+                side.synchronize()
             times.append(cp.cuda.get_elapsed_time(start, stop))
     return times
 
@@ -120,16 +130,25 @@ def main() -> int:
     host[:] = 1
     dev = cp.empty(chunk, dtype=np.uint8)
     stream = cp.cuda.Stream(non_blocking=True)
+    side = cp.cuda.Stream(non_blocking=True)  # the communication stream's part
+
+    def queue_copies():
+        dev.set(host, stream=side)
+        dev.get(stream=side, out=host)
+        return side
 
     def copy_both_ways() -> None:
-        dev.set(host, stream=stream)
-        dev.get(stream=stream, out=host)
-        stream.synchronize()
+        queue_copies().synchronize()
 
     def gemm() -> None:
         with stream:
             cp.matmul(a, b, out=c)
         stream.synchronize()
+
+    def gemm_and_copies() -> None:
+        queue_copies()
+        gemm()
+        side.synchronize()
 
     _gemms(cp, a, b, c, stream, 0.2)  # warm: cuBLAS handle, clocks
     copy_both_ways()
@@ -140,14 +159,18 @@ def main() -> int:
             t0 = time.perf_counter()
             if phase.startswith("gemm"):
                 times = _gemms(cp, a, b, c, stream, args.seconds)
+            elif phase == "both + both":
+                times = _gemms(cp, a, b, c, stream, args.seconds, beside=queue_copies)
             else:
                 time.sleep(args.seconds)
                 times = []
             elapsed = time.perf_counter() - t0
             for r in range(1, size):
                 comm.send(None, dest=r, tag=_STOP)
-            chunks = comm.reduce(0, op=MPI.SUM, root=0)
-            row = {"copies_gbps": 2 * chunks * chunk / elapsed / 1e9, "gemms": len(times)}
+            units = comm.reduce(0, op=MPI.SUM, root=0)  # the others' copies, GEMMs or both, done
+            copies = phase in ("copies alone", "gemm + copies", "gemm + both", "both + both")
+            row = {"copies_gbps": 2 * units * chunk / elapsed / 1e9 if copies else 0.0, "gemms": len(times),
+                   "others_units": units, "seconds": elapsed}
             if times:
                 row.update(median_ms=float(np.median(times)), p90_ms=float(np.percentile(times, 90)),
                            max_ms=float(np.max(times)))
@@ -156,8 +179,9 @@ def main() -> int:
             if phase in ("copies alone", "gemm + copies"):
                 done = _until_stopped(comm, copy_both_ways)
             elif phase == "gemm + gemms":
-                _until_stopped(comm, gemm)
-                done = 0
+                done = _until_stopped(comm, gemm)
+            elif phase in ("gemm + both", "both + both"):
+                done = _until_stopped(comm, gemm_and_copies)
             else:
                 _until_stopped(comm, lambda: time.sleep(0.001))
                 done = 0
@@ -166,14 +190,17 @@ def main() -> int:
         flops = 2.0 * m * n * k
         print(f"GPU 0 shared by {size} ranks; rank 0's GEMM {m}x{n}x{k} float64, the others' copies "
               f"{args.copy_mib} MiB each way")
-        print(f"{'phase':16s} {'GEMMs':>6s} {'median ms':>10s} {'p90 ms':>8s} {'max ms':>8s} {'TFLOP/s':>8s} "
+        print(f"{'phase':16s} {'GEMMs':>6s} {'median ms':>10s} {'p90 ms':>8s} {'max ms':>8s} {'GPU TFLOP/s':>12s} "
               f"{'copies GB/s':>12s}")
         for phase, row in results.items():
+            # every GEMM the GPU ran in the phase, rank 0's and the others' (a unit of theirs holds one)
+            others = row["others_units"] if phase in ("gemm + gemms", "gemm + both", "both + both") else 0
+            row["gpu_tflops"] = (row["gemms"] + others) * flops / row["seconds"] / 1e12
             if row["gemms"]:
                 print(f"{phase:16s} {row['gemms']:6d} {row['median_ms']:10.3f} {row['p90_ms']:8.3f} "
-                      f"{row['max_ms']:8.3f} {flops / row['median_ms'] / 1e9:8.2f} {row['copies_gbps']:12.1f}")
+                      f"{row['max_ms']:8.3f} {row['gpu_tflops']:12.2f} {row['copies_gbps']:12.1f}")
             else:
-                print(f"{phase:16s} {'-':>6s} {'-':>10s} {'-':>8s} {'-':>8s} {'-':>8s} {row['copies_gbps']:12.1f}")
+                print(f"{phase:16s} {'-':>6s} {'-':>10s} {'-':>8s} {'-':>8s} {'-':>12s} {row['copies_gbps']:12.1f}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"ranks": size, "shape": [m, n, k], "copy_mib": args.copy_mib, "phases": results}, f,
