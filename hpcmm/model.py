@@ -241,8 +241,11 @@ class Machine:
         object.__setattr__(self, "gemm", curves)
         object.__setattr__(self, "staged_gbps_by_mib",
                            tuple((float(a), float(b)) for a, b in self.staged_gbps_by_mib))
-        if self.staged_contention < 0 or any(b <= 0 for _, b in self.staged_gbps_by_mib):
-            raise InputError(f"machine {self.name}: staged_contention and staged_gbps_by_mib must not be negative")
+        if self.staged_contention < 0:
+            raise InputError(f"machine {self.name}: staged_contention={self.staged_contention} must not be negative")
+        bad = [pair for pair in self.staged_gbps_by_mib if not (pair[0] > 0 and pair[1] > 0)]
+        if bad:
+            raise InputError(f"machine {self.name}: staged_gbps_by_mib has {bad[0]}: MiB and GB/s must be positive")
         for name in ("devices_per_node", "nics_per_node"):
             if getattr(self, name) < 1:
                 raise InputError(f"machine {self.name}: {name}={getattr(self, name)} must be at least 1")
@@ -955,9 +958,9 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
             # past the end of its plan a rank has no GEMM: it ended with its last one
             start = np.where(has[:, s], start, previous)
             gstart[:, s] = np.where(has[:, s], start, np.nan)
-            if on_gpu:
+            if shared:
                 gend[:, s] = np.where(has[:, s], _device_queue(start, gemm[:, s], pl.device, device_free), previous)
-            else:
+            else:  # one rank per device (or a CPU host's cores, shared all the time): each GEMM when it is ready
                 gend[:, s] = start + gemm[:, s]
             wait[:, s] = start - previous
             previous = gend[:, s]
