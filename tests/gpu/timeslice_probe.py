@@ -23,7 +23,11 @@ are the other contexts of that GPU.  Four phases of ``--seconds`` each:
     the others multiply and copy at once (a GEMM on one stream, a chunk each way on another, as a
     product's compute and communication streams do);
 ``both + both``
-    rank 0 copies a chunk each way on a second stream beside each of its GEMMs too.
+    rank 0 copies a chunk each way on a second stream beside each of its GEMMs too;
+``queued gemms``, ``queued both``
+    every rank, rank 0 included, keeps 8 GEMMs (and, in ``queued both``, 8 chunk copies each way
+    beside them) queued before it waits, as the engine keeps work queued across its host's MPI
+    calls; in the phases above every rank waits for each operation and leaves the GPU idle between.
 
 Rank 0 prints, per phase, its GEMMs' median, 90th percentile and maximum, and the copies' GB/s
 summed over the copying ranks; ``--json`` writes the same.  The cost model (``hpcmm.model``) runs
@@ -42,7 +46,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-PHASES = ("gemm alone", "copies alone", "gemm + copies", "gemm + gemms", "gemm + both", "both + both")
+PHASES = ("gemm alone", "copies alone", "gemm + copies", "gemm + gemms", "gemm + both", "both + both",
+          "queued gemms", "queued both")
+QUEUE = 8  # operations each rank keeps queued in the queued phases
 _STOP = 7  # tag of rank 0's message that ends a phase
 
 
@@ -85,6 +91,28 @@ def _gemms(cp, a, b, c, stream, seconds: float, beside=None) -> list[float]:
             if beside is not None:
                 side.synchronize()
             times.append(cp.cuda.get_elapsed_time(start, stop))
+    return times
+
+
+def _queued_gemms(cp, a, b, c, stream, seconds: float, beside=None) -> list[float]:
+    """As :func:`_gemms`, but ``QUEUE`` GEMMs (each with ``beside()``'s work queued before it) go in
+    before the rank waits for them."""
+    times, end = [], time.perf_counter() + seconds
+    with stream:
+        while time.perf_counter() < end:
+            marks, sides = [], []
+            for _ in range(QUEUE):
+                if beside is not None:
+                    sides.append(beside())
+                start, stop = cp.cuda.Event(), cp.cuda.Event()
+                start.record(stream)
+                cp.matmul(a, b, out=c)
+                stop.record(stream)
+                marks.append((start, stop))
+            stream.synchronize()
+            for side in sides[-1:]:
+                side.synchronize()
+            times += [cp.cuda.get_elapsed_time(start, stop) for start, stop in marks]
     return times
 
 
@@ -150,6 +178,17 @@ def main() -> int:
         gemm()
         side.synchronize()
 
+    def queued(copies: bool):
+        def work() -> None:
+            for _ in range(QUEUE):
+                if copies:
+                    queue_copies()
+                with stream:
+                    cp.matmul(a, b, out=c)
+            stream.synchronize()
+            side.synchronize()
+        return work
+
     _gemms(cp, a, b, c, stream, 0.2)  # warm: cuBLAS handle, clocks
     copy_both_ways()
     results = {}
@@ -161,6 +200,9 @@ def main() -> int:
                 times = _gemms(cp, a, b, c, stream, args.seconds)
             elif phase == "both + both":
                 times = _gemms(cp, a, b, c, stream, args.seconds, beside=queue_copies)
+            elif phase.startswith("queued"):
+                times = _queued_gemms(cp, a, b, c, stream, args.seconds,
+                                      beside=queue_copies if phase == "queued both" else None)
             else:
                 time.sleep(args.seconds)
                 times = []
@@ -168,7 +210,7 @@ def main() -> int:
             for r in range(1, size):
                 comm.send(None, dest=r, tag=_STOP)
             units = comm.reduce(0, op=MPI.SUM, root=0)  # the others' copies, GEMMs or both, done
-            copies = phase in ("copies alone", "gemm + copies", "gemm + both", "both + both")
+            copies = phase in ("copies alone", "gemm + copies", "gemm + both", "both + both", "queued both")
             row = {"copies_gbps": 2 * units * chunk / elapsed / 1e9 if copies else 0.0, "gemms": len(times),
                    "others_units": units, "seconds": elapsed}
             if times:
@@ -182,6 +224,8 @@ def main() -> int:
                 done = _until_stopped(comm, gemm)
             elif phase in ("gemm + both", "both + both"):
                 done = _until_stopped(comm, gemm_and_copies)
+            elif phase.startswith("queued"):
+                done = QUEUE * _until_stopped(comm, queued(copies=phase == "queued both"))
             else:
                 _until_stopped(comm, lambda: time.sleep(0.001))
                 done = 0
@@ -194,7 +238,8 @@ def main() -> int:
               f"{'copies GB/s':>12s}")
         for phase, row in results.items():
             # every GEMM the GPU ran in the phase, rank 0's and the others' (a unit of theirs holds one)
-            others = row["others_units"] if phase in ("gemm + gemms", "gemm + both", "both + both") else 0
+            others = row["others_units"] if phase in ("gemm + gemms", "gemm + both", "both + both",
+                                                      "queued gemms", "queued both") else 0
             row["gpu_tflops"] = (row["gemms"] + others) * flops / row["seconds"] / 1e12
             if row["gemms"]:
                 print(f"{phase:16s} {row['gemms']:6d} {row['median_ms']:10.3f} {row['p90_ms']:8.3f} "
