@@ -27,7 +27,10 @@ are the other contexts of that GPU.  Four phases of ``--seconds`` each:
 ``queued gemms``, ``queued both``
     every rank, rank 0 included, keeps 8 GEMMs (and, in ``queued both``, 8 chunk copies each way
     beside them) queued before it waits, as the engine keeps work queued across its host's MPI
-    calls; in the phases above every rank waits for each operation and leaves the GPU idle between.
+    calls; in the phases above every rank waits for each operation and leaves the GPU idle between;
+``queued copies``
+    every rank queues 8 chunk copies each way and one GEMM, then waits: a context whose queued
+    work is copies, as a rank's is while its panels move (rank 0 times that one GEMM).
 
 Rank 0 prints, per phase, its GEMMs' median, 90th percentile and maximum, and the copies' GB/s
 summed over the copying ranks; ``--json`` writes the same.  The cost model (``hpcmm.model``) runs
@@ -47,8 +50,11 @@ import numpy as np
 from mpi4py import MPI
 
 PHASES = ("gemm alone", "copies alone", "gemm + copies", "gemm + gemms", "gemm + both", "both + both",
-          "queued gemms", "queued both")
+          "queued gemms", "queued both", "queued copies")
 QUEUE = 8  # operations each rank keeps queued in the queued phases
+#: chunks each way in one unit of the other ranks' work, by phase (phases without copies: none)
+CHUNKS_PER_UNIT = {"copies alone": 1, "gemm + copies": 1, "gemm + both": 1, "both + both": 1, "queued both": 1,
+                   "queued copies": QUEUE}
 _STOP = 7  # tag of rank 0's message that ends a phase
 
 
@@ -116,6 +122,23 @@ def _queued_gemms(cp, a, b, c, stream, seconds: float, beside=None) -> list[floa
     return times
 
 
+def _copies_then_gemm(cp, a, b, c, stream, seconds: float, queue_copies) -> list[float]:
+    """``QUEUE`` chunk copies each way queued, then one GEMM timed with events; wait; again."""
+    times, end = [], time.perf_counter() + seconds
+    with stream:
+        while time.perf_counter() < end:
+            for _ in range(QUEUE):
+                side = queue_copies()
+            start, stop = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            cp.matmul(a, b, out=c)
+            stop.record(stream)
+            stream.synchronize()
+            side.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, stop))
+    return times
+
+
 def _until_stopped(comm, work) -> int:
     """Run ``work()`` (one synchronized unit) until rank 0 says stop; the units done."""
     done = 0
@@ -178,6 +201,12 @@ def main() -> int:
         gemm()
         side.synchronize()
 
+    def copies_then_gemm() -> None:
+        for _ in range(QUEUE):
+            queue_copies()
+        gemm()
+        side.synchronize()
+
     def queued(copies: bool):
         def work() -> None:
             for _ in range(QUEUE):
@@ -200,6 +229,8 @@ def main() -> int:
                 times = _gemms(cp, a, b, c, stream, args.seconds)
             elif phase == "both + both":
                 times = _gemms(cp, a, b, c, stream, args.seconds, beside=queue_copies)
+            elif phase == "queued copies":
+                times = _copies_then_gemm(cp, a, b, c, stream, args.seconds, queue_copies)
             elif phase.startswith("queued"):
                 times = _queued_gemms(cp, a, b, c, stream, args.seconds,
                                       beside=queue_copies if phase == "queued both" else None)
@@ -210,9 +241,8 @@ def main() -> int:
             for r in range(1, size):
                 comm.send(None, dest=r, tag=_STOP)
             units = comm.reduce(0, op=MPI.SUM, root=0)  # the others' copies, GEMMs or both, done
-            copies = phase in ("copies alone", "gemm + copies", "gemm + both", "both + both", "queued both")
-            row = {"copies_gbps": 2 * units * chunk / elapsed / 1e9 if copies else 0.0, "gemms": len(times),
-                   "others_units": units, "seconds": elapsed}
+            row = {"copies_gbps": 2 * CHUNKS_PER_UNIT.get(phase, 0) * units * chunk / elapsed / 1e9,
+                   "gemms": len(times), "others_units": units, "seconds": elapsed}
             if times:
                 row.update(median_ms=float(np.median(times)), p90_ms=float(np.percentile(times, 90)),
                            max_ms=float(np.max(times)))
@@ -224,6 +254,8 @@ def main() -> int:
                 done = _until_stopped(comm, gemm)
             elif phase in ("gemm + both", "both + both"):
                 done = _until_stopped(comm, gemm_and_copies)
+            elif phase == "queued copies":
+                done = _until_stopped(comm, copies_then_gemm)
             elif phase.startswith("queued"):
                 done = QUEUE * _until_stopped(comm, queued(copies=phase == "queued both"))
             else:
@@ -239,7 +271,7 @@ def main() -> int:
         for phase, row in results.items():
             # every GEMM the GPU ran in the phase, rank 0's and the others' (a unit of theirs holds one)
             others = row["others_units"] if phase in ("gemm + gemms", "gemm + both", "both + both",
-                                                      "queued gemms", "queued both") else 0
+                                                      "queued gemms", "queued both", "queued copies") else 0
             row["gpu_tflops"] = (row["gemms"] + others) * flops / row["seconds"] / 1e12
             if row["gemms"]:
                 print(f"{phase:16s} {row['gemms']:6d} {row['median_ms']:10.3f} {row['p90_ms']:8.3f} "
