@@ -8,7 +8,7 @@ Launch on one node, every rank on GPU 0, no MPS daemon::
 Rank 0 multiplies float64 blocks (``C = A·B``, by default the C block and panel of a full step of
 summa 10007x6001x6007 at 8 ranks, rpn 4: the case docs/scaling.md section 1 leaves open), one
 GEMM at a time, each timed with CUDA events as the engine's timeline times it.  The other ranks
-are the other contexts of that GPU.  Four phases of ``--seconds`` each:
+are the other contexts of that GPU.  Phases of ``--seconds`` each (the table ``PHASES``):
 
 ``gemm alone``
     rank 0 multiplies, the others wait;
@@ -32,8 +32,8 @@ are the other contexts of that GPU.  Four phases of ``--seconds`` each:
     every rank queues 8 chunk copies each way and one GEMM, then waits: a context whose queued
     work is copies, as a rank's is while its panels move (rank 0 times that one GEMM).
 
-Rank 0 prints, per phase, its GEMMs' median, 90th percentile and maximum, and the copies' GB/s
-summed over the copying ranks; ``--json`` writes the same.  The cost model (``hpcmm.model``) runs
+Rank 0 prints, per phase, its GEMMs' median, 90th percentile and maximum, the GPU's TFLOP/s over
+every rank's GEMMs, and the other ranks' copies in GB/s; ``--json`` writes the same.  The cost model (``hpcmm.model``) runs
 a GPU's GEMMs in turn and makes a copy wait for contexts with a GEMM pending; whether a GEMM also
 waits for other contexts' copies is what ``gemm + copies`` against ``gemm alone`` says.
 Exit status 2 without a usable GPU.
@@ -49,12 +49,21 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-PHASES = ("gemm alone", "copies alone", "gemm + copies", "gemm + gemms", "gemm + both", "both + both",
-          "queued gemms", "queued both", "queued copies")
 QUEUE = 8  # operations each rank keeps queued in the queued phases
-#: chunks each way in one unit of the other ranks' work, by phase (phases without copies: none)
-CHUNKS_PER_UNIT = {"copies alone": 1, "gemm + copies": 1, "gemm + both": 1, "both + both": 1, "queued both": 1,
-                   "queued copies": QUEUE}
+#: Each phase: what one round of rank 0's work and of every other rank's is, ``(GEMMs, chunk copies each
+#: way)``, or None (it waits).  A round queues its copies spread before its GEMMs (all of them before
+#: the one GEMM of ``queued copies``; a round of no GEMM is its copies alone), then waits for all.
+PHASES = {
+    "gemm alone": ((1, 0), None),
+    "copies alone": (None, (0, 1)),
+    "gemm + copies": ((1, 0), (0, 1)),
+    "gemm + gemms": ((1, 0), (1, 0)),
+    "gemm + both": ((1, 0), (1, 1)),
+    "both + both": ((1, 1), (1, 1)),
+    "queued gemms": ((QUEUE, 0), (QUEUE, 0)),
+    "queued both": ((QUEUE, QUEUE), (QUEUE, QUEUE)),
+    "queued copies": ((1, QUEUE), (1, QUEUE)),
+}
 _STOP = 7  # tag of rank 0's message that ends a phase
 
 
@@ -81,66 +90,32 @@ def _cupy():
     return cupy
 
 
-def _gemms(cp, a, b, c, stream, seconds: float, beside=None) -> list[float]:
-    """Back-to-back GEMMs for ``seconds``, each timed with events (milliseconds); ``beside()``, where
-    given, queues other work on another stream before each GEMM and waits for it after."""
-    times, end = [], time.perf_counter() + seconds
+def _round(cp, a, b, c, stream, queue_copies, gemms: int, copies: int, timed: bool = False) -> list[float]:
+    """One round: ``copies`` chunk copies each way (``queue_copies()``, on another stream), spread
+    before ``gemms`` GEMMs, queued, then waited for.  Returns each GEMM's time from CUDA events
+    (milliseconds) where ``timed``."""
+    before = copies // gemms if gemms else copies
+    marks, side = [], None
     with stream:
-        while time.perf_counter() < end:
-            if beside is not None:
-                side = beside()
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record(stream)
-            cp.matmul(a, b, out=c)
-            stop.record(stream)
-            stop.synchronize()
-            if beside is not None:
-                side.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, stop))
-    return times
-
-
-def _queued_gemms(cp, a, b, c, stream, seconds: float, beside=None) -> list[float]:
-    """As :func:`_gemms`, but ``QUEUE`` GEMMs (each with ``beside()``'s work queued before it) go in
-    before the rank waits for them."""
-    times, end = [], time.perf_counter() + seconds
-    with stream:
-        while time.perf_counter() < end:
-            marks, sides = [], []
-            for _ in range(QUEUE):
-                if beside is not None:
-                    sides.append(beside())
+        for _ in range(max(gemms, 1)):
+            for _ in range(before):
+                side = queue_copies()
+            if gemms and timed:
                 start, stop = cp.cuda.Event(), cp.cuda.Event()
                 start.record(stream)
                 cp.matmul(a, b, out=c)
                 stop.record(stream)
                 marks.append((start, stop))
-            stream.synchronize()
-            for side in sides[-1:]:
-                side.synchronize()
-            times += [cp.cuda.get_elapsed_time(start, stop) for start, stop in marks]
-    return times
-
-
-def _copies_then_gemm(cp, a, b, c, stream, seconds: float, queue_copies) -> list[float]:
-    """``QUEUE`` chunk copies each way queued, then one GEMM timed with events; wait; again."""
-    times, end = [], time.perf_counter() + seconds
-    with stream:
-        while time.perf_counter() < end:
-            for _ in range(QUEUE):
-                side = queue_copies()
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record(stream)
-            cp.matmul(a, b, out=c)
-            stop.record(stream)
-            stream.synchronize()
-            side.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, stop))
-    return times
+            elif gemms:
+                cp.matmul(a, b, out=c)
+    stream.synchronize()
+    if side is not None:
+        side.synchronize()
+    return [cp.cuda.get_elapsed_time(start, stop) for start, stop in marks]
 
 
 def _until_stopped(comm, work) -> int:
-    """Run ``work()`` (one synchronized unit) until rank 0 says stop; the units done."""
+    """Run ``work()`` (one round, waited for) until rank 0 says stop; the rounds done."""
     done = 0
     while not comm.Iprobe(source=0, tag=_STOP):
         work()
@@ -188,79 +163,41 @@ def main() -> int:
         dev.get(stream=side, out=host)
         return side
 
-    def copy_both_ways() -> None:
-        queue_copies().synchronize()
+    def timed_rounds(spec, seconds: float) -> list[float]:
+        times, end = [], time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            times += _round(cp, a, b, c, stream, queue_copies, *spec, timed=True)
+        return times
 
-    def gemm() -> None:
-        with stream:
-            cp.matmul(a, b, out=c)
-        stream.synchronize()
-
-    def gemm_and_copies() -> None:
-        queue_copies()
-        gemm()
-        side.synchronize()
-
-    def copies_then_gemm() -> None:
-        for _ in range(QUEUE):
-            queue_copies()
-        gemm()
-        side.synchronize()
-
-    def queued(copies: bool):
-        def work() -> None:
-            for _ in range(QUEUE):
-                if copies:
-                    queue_copies()
-                with stream:
-                    cp.matmul(a, b, out=c)
-            stream.synchronize()
-            side.synchronize()
-        return work
-
-    _gemms(cp, a, b, c, stream, 0.2)  # warm: cuBLAS handle, clocks
-    copy_both_ways()
+    timed_rounds((1, 0), 0.2)  # warm: cuBLAS handle, clocks
+    _round(cp, a, b, c, stream, queue_copies, 0, 1)
     results = {}
-    for phase in PHASES:
+    for phase, (mine, theirs) in PHASES.items():
         comm.Barrier()
         if rank == 0:
             t0 = time.perf_counter()
-            if phase.startswith("gemm"):
-                times = _gemms(cp, a, b, c, stream, args.seconds)
-            elif phase == "both + both":
-                times = _gemms(cp, a, b, c, stream, args.seconds, beside=queue_copies)
-            elif phase == "queued copies":
-                times = _copies_then_gemm(cp, a, b, c, stream, args.seconds, queue_copies)
-            elif phase.startswith("queued"):
-                times = _queued_gemms(cp, a, b, c, stream, args.seconds,
-                                      beside=queue_copies if phase == "queued both" else None)
-            else:
+            if mine is None:
                 time.sleep(args.seconds)
                 times = []
+            else:
+                times = timed_rounds(mine, args.seconds)
             elapsed = time.perf_counter() - t0
             for r in range(1, size):
                 comm.send(None, dest=r, tag=_STOP)
-            units = comm.reduce(0, op=MPI.SUM, root=0)  # the others' copies, GEMMs or both, done
-            row = {"copies_gbps": 2 * CHUNKS_PER_UNIT.get(phase, 0) * units * chunk / elapsed / 1e9,
-                   "gemms": len(times), "others_units": units, "seconds": elapsed}
+            rounds = comm.reduce(0, op=MPI.SUM, root=0)  # the other ranks' rounds, all together
+            gemms, chunks = theirs or (0, 0)
+            row = {"gemms": len(times), "others_gemms": rounds * gemms, "others_chunks": rounds * chunks,
+                   "seconds": elapsed, "copies_gbps": 2 * rounds * chunks * chunk / elapsed / 1e9}
             if times:
                 row.update(median_ms=float(np.median(times)), p90_ms=float(np.percentile(times, 90)),
                            max_ms=float(np.max(times)))
             results[phase] = row
         else:
-            if phase in ("copies alone", "gemm + copies"):
-                done = _until_stopped(comm, copy_both_ways)
-            elif phase == "gemm + gemms":
-                done = _until_stopped(comm, gemm)
-            elif phase in ("gemm + both", "both + both"):
-                done = _until_stopped(comm, gemm_and_copies)
-            elif phase == "queued copies":
-                done = _until_stopped(comm, copies_then_gemm)
-            elif phase.startswith("queued"):
-                done = QUEUE * _until_stopped(comm, queued(copies=phase == "queued both"))
-            else:
+            if theirs is None:
                 _until_stopped(comm, lambda: time.sleep(0.001))
                 done = 0
+            else:
+                done = _until_stopped(comm, lambda spec=theirs: _round(cp, a, b, c, stream, queue_copies, *spec))
             comm.reduce(done, op=MPI.SUM, root=0)
     if rank == 0:
         flops = 2.0 * m * n * k
@@ -269,10 +206,7 @@ def main() -> int:
         print(f"{'phase':16s} {'GEMMs':>6s} {'median ms':>10s} {'p90 ms':>8s} {'max ms':>8s} {'GPU TFLOP/s':>12s} "
               f"{'copies GB/s':>12s}")
         for phase, row in results.items():
-            # every GEMM the GPU ran in the phase, rank 0's and the others' (a unit of theirs holds one)
-            others = row["others_units"] if phase in ("gemm + gemms", "gemm + both", "both + both",
-                                                      "queued gemms", "queued both", "queued copies") else 0
-            row["gpu_tflops"] = (row["gemms"] + others) * flops / row["seconds"] / 1e12
+            row["gpu_tflops"] = (row["gemms"] + row["others_gemms"]) * flops / row["seconds"] / 1e12  # every GEMM
             if row["gemms"]:
                 print(f"{phase:16s} {row['gemms']:6d} {row['median_ms']:10.3f} {row['p90_ms']:8.3f} "
                       f"{row['max_ms']:8.3f} {row['gpu_tflops']:12.2f} {row['copies_gbps']:12.1f}")
