@@ -1200,6 +1200,17 @@ def fit_link(samples) -> tuple[float, float]:
     return float(1.0 / inv / 1e9), float(max(lat, 0.0) * 1e6)
 
 
+def _less_copies(samples, copy_gbps: float, chunk_bytes: int) -> list[tuple[float, float, float]]:
+    """``(bytes, seconds, seconds less the first and last chunk's copies)`` of staged transfers timed end
+    to end (:func:`staged_copy_seconds` at ``copy_gbps`` and ``chunk_bytes``): the host MPI's share."""
+    probe = Machine("fit", host_copy_gbps=copy_gbps, staged_chunk_bytes=int(chunk_bytes))
+    out = []
+    for nbytes, seconds in samples:
+        fill, drain = staged_copy_seconds(nbytes, probe)
+        out.append((nbytes, seconds, seconds - float(fill) - float(drain)))
+    return out
+
+
 def fit_staged(single, concurrent, copy_gbps: float, chunk_bytes: int) -> tuple[float, float, float | None]:
     """The staged path's figures from ``bench transport``: ``(staged_gbps, staged_latency_us,
     staged_host_gbps)``.
@@ -1222,15 +1233,10 @@ def fit_staged(single, concurrent, copy_gbps: float, chunk_bytes: int) -> tuple[
     A host not saturated by ``k`` pairs gives a lower bound, which is what the model
     needs up to ``k`` transfers at once.
     """
-    probe = Machine("fit", host_copy_gbps=copy_gbps, staged_chunk_bytes=int(chunk_bytes))
-
     def net(samples):
-        out = []
-        for nbytes, seconds in samples:
-            fill, drain = staged_copy_seconds(nbytes, probe)
-            left = seconds - float(fill) - float(drain)
-            out.append((nbytes, left if left > 0 else seconds))  # copies slower than assumed: keep the raw time
-        return out
+        # copies slower than assumed: keep the raw time
+        return [(nbytes, left if left > 0 else seconds)
+                for nbytes, seconds, left in _less_copies(samples, copy_gbps, chunk_bytes)]
 
     gbps, lat = fit_link(net(single))
     host = None
@@ -1259,13 +1265,10 @@ def fit_staged_by_size(single, concurrent, copy_gbps: float, chunk_bytes: int,
     >>> [(round(mib), round(gbps, 3)) for mib, gbps in by], round(c, 4)
     ([(4, 8.0), (16, 8.0)], 0.1429)
     """
-    probe = Machine("fit", host_copy_gbps=copy_gbps, staged_chunk_bytes=int(chunk_bytes))
-
     def rates(samples):
         out: dict[float, list[float]] = {}
-        for nbytes, seconds in samples:
-            fill, drain = staged_copy_seconds(nbytes, probe)
-            left = seconds - float(fill) - float(drain) - latency_us * 1e-6
+        for nbytes, _, left in _less_copies(samples, copy_gbps, chunk_bytes):
+            left -= latency_us * 1e-6
             if left > 0:
                 out.setdefault(float(nbytes), []).append(nbytes / left / 1e9)
         return {b: float(np.median(v)) for b, v in out.items()}
