@@ -546,14 +546,16 @@ def staged_rate(nbytes, machine: Machine, concurrent=1):
     """The host MPI's rate (GB/s) inside one staged transfer of ``nbytes`` while ``concurrent``
     staged transfers (this one included) run on the host.
 
-    One alone moves at ``staged_gbps_by_mib`` (interpolated in log size, held at its ends), or
-    ``staged_gbps`` where the description has no rates by size; k at once each at
+    One alone moves at ``staged_gbps_by_mib`` at the size of its messages (interpolated in log size,
+    held at its ends): a chunk's (``staged_chunk_bytes``) where the transfer is longer, since the host
+    MPI moves one chunk at a time; ``staged_gbps`` where the description has no rates by size.  k at
+    once each at
     ``1 / (1 + staged_contention · (k - 1))`` of that, and no more than ``staged_host_gbps / k``.
 
     >>> m = Machine("x", staged_gbps=7.0, staged_gbps_by_mib=((4, 8.0), (64, 6.0)),
     ...             staged_contention=0.25, staged_host_gbps=12.0)
-    >>> staged_rate(np.array([1, 16, 128]) * 2.0**20, m).tolist()
-    [8.0, 7.0, 6.0]
+    >>> staged_rate(np.array([1, 16, 128]) * 2.0**20, m).tolist()   # 128 MiB: chunks of 32 MiB
+    [8.0, 7.0, 6.5]
     >>> staged_rate(16 * 2.0**20, m, concurrent=np.array([2, 3])).tolist()
     [5.6, 4.0]
     """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import doctest
 import json
 import math
 
@@ -1018,6 +1019,12 @@ def test_own_order_saves_the_ramp_where_both_first_panels_are_a_ranks_own():
     across = [predict(Problem(8192, 8192, 8192), 4, machine, ranks_per_node=2, step_order=order).seconds
               for order in ("auto", "common")]
     assert across[0] == across[1]
+
+
+def test_module_doctests():
+    """The worked examples in the model's docstrings (staged rate, chain, queue, fits) hold."""
+    result = doctest.testmod(model)
+    assert result.attempted >= 20 and result.failed == 0, result
 
 
 def test_the_model_needs_no_mpi():
