@@ -826,12 +826,16 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
         gbps = np.where(same, machine.local_gbps, machine.intra_gbps) / crowd
         return machine.intra_latency_us * 1e-6 + nbytes / (gbps * 1e9)
 
+    def host_crowd(movers):
+        """For every rank, the staged transfers on its host at once: the ``movers`` there, on each of the
+        2.5D layers that share it (``host_layers``)."""
+        return np.bincount(pl.host[movers], minlength=pl.host.max() + 1)[pl.host] * host_layers
+
     def net_gbps(receivers, nbytes):
         """Per-rank rate of this phase's network transfers of ``nbytes``: the receivers share a NIC
         (or, staged, the host)."""
         if staged:
-            crowd = np.bincount(pl.host[receivers], minlength=pl.host.max() + 1)[pl.host] * host_layers
-            return staged_rate(nbytes, machine, crowd)
+            return staged_rate(nbytes, machine, host_crowd(receivers))
         crowd = np.bincount(pl.nic[receivers], minlength=pl.nic.max() + 1)[pl.nic]
         return machine.net_gbps / np.maximum(crowd, 1)
 
@@ -891,8 +895,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                         # One hop at a time along each chain: the host carries one transfer per
                         # chain (and the receivers of every other broadcast of the phase).
                         movers = (chain & (ro.role == _SELF)) | (leaders & ~chain)
-                        crowd = np.bincount(pl.host[movers], minlength=pl.host.max() + 1)[pl.host] * host_layers
-                        hop = staged_rate(size, machine, crowd)
+                        hop = staged_rate(size, machine, host_crowd(movers))
                         first = np.where(ro.role == _SELF, arrive + fill, arrive)
                         end = np.where(chain, _chain_ends(ro, chain, first, size, hop, lat,
                                                           machine.staged_chunk_bytes), end)
