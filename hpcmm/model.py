@@ -53,7 +53,10 @@ its own NIC, gathered in the node over IPC).
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
+import datetime
 import json
 import math
 import os
@@ -198,6 +201,10 @@ class Machine:
         Host time of one channel's fetch call (Python, MPI bookkeeping).
     accumulate_passes : float
         Passes over C of an accumulating GEMM (2 on GPUs: read and write; 4 with numpy's temporary).
+    links_measured : str
+        When its links were measured (ISO 8601, the ``created`` of the ``bench transport`` file):
+        ``model check`` given several descriptions predicts each run with the one measured last
+        before it (:func:`machine_for`).  Empty: not known.
     """
 
     name: str
@@ -235,6 +242,7 @@ class Machine:
     mps_device_efficiency: float = 1.0
     host_step_us: float = 25.0
     accumulate_passes: float = 2.0
+    links_measured: str = ""
 
     def __post_init__(self) -> None:
         curves = {k: (v if isinstance(v, GemmCurve) else GemmCurve(**v)) for k, v in self.gemm.items()}
@@ -1331,11 +1339,13 @@ def fit_gemm_curve(samples, dtype: str, memory_gbps: float, accumulate_passes: f
 def add_model_parser(sub, argtype_int) -> None:
     """The ``model`` subcommand's parser (``argtype_int(name, minimum)`` is the CLI's int type)."""
     p = sub.add_parser("model", help="predict a product's time from a machine description (no GPUs needed)")
-    p.add_argument("what", nargs="?", choices=("predict", "measure", "check", "show", "scaling"),
+    p.add_argument("what", nargs="?", choices=("predict", "measure", "links", "check", "show", "scaling"),
                    default="predict")
     p.add_argument("files", nargs="*", metavar="FILE.h5", help="check: results files of measured runs")
     p.add_argument("--machine", default=None,
-                   help="built-in name or JSON file (default h200x2; measure: the description to start from)")
+                   help="built-in name or JSON file (default h200x2; measure: the description to start from; "
+                        "links: the description whose links are replaced; check: several, comma separated, each "
+                        "run predicted with the one whose links were measured last before it)")
     p.add_argument("--m", type=argtype_int("--m", 1), default=8192)
     p.add_argument("--n", type=argtype_int("--n", 1), default=None, help="default: m")
     p.add_argument("--k", type=argtype_int("--k", 1), default=None, help="default: m")
@@ -1359,9 +1369,9 @@ def add_model_parser(sub, argtype_int) -> None:
                    help="the run's HPCMM_STEP_ORDER: auto (each rank its own order on one node) or common")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.add_argument("--transport", metavar="FILE.h5[,FILE.h5]",
-                   help="measure: `bench transport` file(s) for the links (several pairs at once: staged-xK rows)")
+                   help="measure, links: `bench transport` file(s) for the links (several pairs at once: staged-xK rows)")
     p.add_argument("--dtypes", default=None, help="measure: types of the GEMM sweep (default float64,float32)")
-    p.add_argument("--save", metavar="FILE.json", help="measure: where to write the description")
+    p.add_argument("--save", metavar="FILE.json", help="measure, links: where to write the description")
     p.add_argument("--shapes", default=None, metavar="MxNxW[,MxNxW...]",
                    help="measure: C blocks (M x N, in steps of depth W) to time exactly beside the sweep, as a "
                         "run's ranks hold them; each takes its measured rate in the description (the curve "
@@ -1408,11 +1418,24 @@ def model_main(ns, comm=None) -> int:
     if ns.what == "measure":
         return measure_main(ns, comm)
     rank = comm.Get_rank() if comm is not None else 0
+    if ns.what == "check":  # several descriptions: each run predicted with the links measured last before it
+        machines = [load_machine(spec) for spec in (ns.machine or DEFAULT_MACHINE).split(",")]
+        text = check_table(ns.files, machines)
+        if rank == 0:
+            print(text)
+        return 0
     machine = load_machine(ns.machine or DEFAULT_MACHINE)
+    if ns.what == "links":
+        if not (ns.transport and ns.save):
+            raise InputError("model links: --transport FILE.h5 and --save FILE.json are required")
+        desc = relink(machine, ns.transport)
+        if rank == 0:
+            save_machine(desc, ns.save)
+            print(f"hpcmm model: {ns.save}: {machine.name} with the links of {ns.transport} "
+                  f"(measured {desc.links_measured})")
+        return 0
     if ns.what == "show":
         text = machine.to_json()
-    elif ns.what == "check":
-        text = check_table(ns.files, machine)
     elif ns.what == "scaling":
         text = scaling_tables(machine, ns.dtype, [int(x) for x in ns.nodes.split(",")],
                               [int(x) for x in ns.sizes.split(",")])
@@ -1473,19 +1496,52 @@ class CheckRow:
     predicted: float
     #: what identifies the run apart from its algorithm (files equal in it are repeats or algorithm pairs)
     setup: tuple
+    #: when the links of the description that predicted it were measured (``Machine.links_measured``)
+    links_measured: str = ""
 
     @property
     def error(self) -> float:
         return self.predicted / self.measured - 1
 
 
-def check_rows(files, machine: Machine) -> list[CheckRow]:
+def machine_for(created: str, machines) -> Machine:
+    """Which of several descriptions predicts a run that ended at ``created`` (ISO 8601): the one
+    whose links were measured last before it; a run before all of them (or of no known time),
+    the first.  The machine's links drift (docs/scaling.md section 1): a run is predicted with the
+    links measured nearest before it.
+
+    >>> a, b = Machine("a", links_measured="2026-11-30T16:44:00+00:00"), Machine("b", links_measured="2026-11-30T16:47:00+00:00")
+    >>> [machine_for(t, [a, b]).name for t in ("2026-11-30T16:45:00+00:00", "2026-11-30T16:48:00+00:00", "")]
+    ['a', 'b', 'a']
+    """
+    machines = list(machines)
+    when = _instant(created)
+    if when is not None:
+        before = [(t, i) for i, m in enumerate(machines)
+                  if (t := _instant(m.links_measured)) is not None and t <= when]
+        if before:
+            return machines[max(before)[1]]
+    return machines[0]
+
+
+def _instant(text: str):
+    """An ISO 8601 time (UTC where it names no zone), or None."""
+    try:
+        t = datetime.datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
+
+
+def check_rows(files, machines) -> list[CheckRow]:
     """Read each results file's problem, placement, algorithm (``/summary`` ``algo``, ``summa`` when
-    absent), step order, balance and MPS state (``/summary`` ``mps``), and predict it."""
+    absent), step order, balance and MPS state (``/summary`` ``mps``), and predict it with
+    ``machines`` (one description, or several: :func:`machine_for` picks by the file's ``created``)."""
     import h5py  # noqa: PLC0415
 
     if not files:
         raise InputError("model check: give the results files (FILE.h5 ...) of measured runs")
+    machines = [machines] if isinstance(machines, Machine) else list(machines)
     rows = []
     for path in files:
         try:
@@ -1494,6 +1550,7 @@ def check_rows(files, machine: Machine) -> list[CheckRow]:
                 summ = {k: _attr(v) for k, v in f["summary"].attrs.items()}
                 ranks = int(f.attrs["ranks"])
                 local = max(int(x) for x in f["topology"]["local_size"][()])
+                machine = machine_for(_attr(f.attrs.get("created", "")), machines)
         except (OSError, KeyError) as exc:
             raise InputError(f"model check: {path}: not a results file ({exc})") from None
         dtype = "tf32" if bool(cfg.get("tf32")) else cfg["dtype"]
@@ -1514,15 +1571,17 @@ def check_rows(files, machine: Machine) -> list[CheckRow]:
         paths = ",".join(_attr(p) for p in paths) if paths is not None and len(paths) else "-"
         setup = (prob, ranks, rpn or local, local, int(cfg["prefetch"]), aware, mps)
         rows.append(CheckRow(str(path), prob, ranks, rpn or local, algo, paths, float(summ["seconds"]),
-                             pred.seconds, setup))
+                             pred.seconds, setup, machine.links_measured))
     return rows
 
 
-def check_table(files, machine: Machine) -> str:
+def check_table(files, machines) -> str:
     """Predicted against measured for hpcmm results files: one row per file, the error last;
     then the spread of repeated runs, and the gain of each algorithm over ``summa`` measured
-    beside predicted where files differ only in the algorithm."""
-    rows = check_rows(files, machine)
+    beside predicted where files differ only in the algorithm.  ``machines``: one description or
+    several (:func:`check_rows`)."""
+    machines = [machines] if isinstance(machines, Machine) else list(machines)
+    rows = check_rows(files, machines)
     head = (f"{'case':<34}{'algo':>8}{'ranks':>6}{'rpn':>5}{'paths':>12}{'measured s':>12}{'predicted s':>13}"
             f"{'error':>8}{'meas. TF':>10}{'pred. TF':>10}")
     out = [head]
@@ -1533,7 +1592,11 @@ def check_table(files, machine: Machine) -> str:
         out.append(f"{label:<34}{r.algo:>8}{r.ranks:>6}{r.ranks_per_node:>5}{r.paths:>12}{r.measured:>12.4g}"
                    f"{r.predicted:>13.4g}{100 * r.error:>7.1f}%{p.flops / r.measured / 1e12:>10.3g}{pred_tf:>10.3g}")
     worst = max(abs(r.error) for r in rows)
-    out.append(f"worst error {100 * worst:.1f} % over {len(rows)} case(s), machine {machine.name}")
+    out.append(f"worst error {100 * worst:.1f} % over {len(rows)} case(s), machine {machines[0].name}")
+    if len(machines) > 1:  # which links predicted how many runs
+        used = collections.Counter(r.links_measured for r in rows)
+        out.append("links measured at " + ", ".join(f"{m.links_measured or '(unknown)'}: {used[m.links_measured]} run(s)"
+                                                    for m in machines))
     out += _repeat_lines(rows) + _gain_lines(rows)
     return "\n".join(out)
 
@@ -1681,13 +1744,23 @@ def measure_main(ns, comm) -> int:
     if comm.Get_rank() == 0:
         base = load_machine(ns.machine) if ns.machine else None
         desc = _describe_measured(base, backend.on_gpu, samples, mem, sharers, ns.transport, comm.Get_size(), exact)
-        tmp = ns.save + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(desc.to_json() + "\n")
-        os.replace(tmp, ns.save)
+        save_machine(desc, ns.save)
         print(f"hpcmm model: machine description written to {ns.save}")
         print(desc.to_json())
     return 0
+
+
+def save_machine(machine: Machine, path: str) -> None:
+    """Write a description as JSON, whole or not at all (a temporary name, then a rename)."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(machine.to_json() + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise InputError(f"--save={path}: cannot write the description ({exc.strerror or exc})") from None
 
 
 def _cores() -> int:
@@ -1890,29 +1963,64 @@ def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, rank
         fields.update(devices_per_node=_cores(), nics_per_node=1, hosts=1, cuda_aware=True,
                       memory_gib=(_meminfo() or 8 * 2**30) / 2**30)
     if transport:
-        links, staged = _read_transport(transport)
-        for path, key in (("ipc", "intra"), ("shm", "intra"), ("mpi", "net")):
-            if path in links:
-                gbps, lat = links[path]
-                fields[f"{key}_gbps"], fields[f"{key}_latency_us"] = gbps, lat
-        if "d2d" in links:
-            fields["local_gbps"] = links["d2d"][0]
-        if not on_gpu and "shm" in links:
-            fields["local_gbps"] = links["shm"][0]
-        copies = [links[p][0] for p in ("d2h", "h2d") if p in links]
-        if copies:
-            fields["host_copy_gbps"] = min(copies)
-        if staged["single"]:
-            # the host MPI's share of a staged transfer: the chunk copies the model adds itself are taken off
-            gbps, lat, host = fit_staged(staged["single"], staged["concurrent"],
-                                         fields.get("host_copy_gbps", Machine.host_copy_gbps),
-                                         fields.get("staged_chunk_bytes", Machine.staged_chunk_bytes))
-            fields.update(staged_gbps=gbps, staged_latency_us=lat)
-            if host is not None:
-                fields["staged_host_gbps"] = host
-            by_mib, contention = fit_staged_by_size(staged["single"], staged["concurrent"],
-                                                    fields.get("host_copy_gbps", Machine.host_copy_gbps),
-                                                    fields.get("staged_chunk_bytes", Machine.staged_chunk_bytes),
-                                                    lat)
-            fields.update(staged_gbps_by_mib=by_mib, staged_contention=contention)
+        _with_links(fields, transport, on_gpu)
+    return Machine(**fields)
+
+
+def _with_links(fields: dict, transport: str, on_gpu: bool) -> None:
+    """Put the links of ``bench transport`` file(s) into a description's ``fields``, in place: the
+    pulls, the MPI, the copies to and from the host and the staged path, and when they were
+    measured (``links_measured``)."""
+    links, staged = _read_transport(transport)
+    for path, key in (("ipc", "intra"), ("shm", "intra"), ("mpi", "net")):
+        if path in links:
+            gbps, lat = links[path]
+            fields[f"{key}_gbps"], fields[f"{key}_latency_us"] = gbps, lat
+    if "d2d" in links:
+        fields["local_gbps"] = links["d2d"][0]
+    if not on_gpu and "shm" in links:
+        fields["local_gbps"] = links["shm"][0]
+    copies = [links[p][0] for p in ("d2h", "h2d") if p in links]
+    if copies:
+        fields["host_copy_gbps"] = min(copies)
+    if staged["single"]:
+        # the host MPI's share of a staged transfer: the chunk copies the model adds itself are taken off
+        gbps, lat, host = fit_staged(staged["single"], staged["concurrent"],
+                                     fields.get("host_copy_gbps", Machine.host_copy_gbps),
+                                     fields.get("staged_chunk_bytes", Machine.staged_chunk_bytes))
+        fields.update(staged_gbps=gbps, staged_latency_us=lat)
+        if host is not None:
+            fields["staged_host_gbps"] = host
+        by_mib, contention = fit_staged_by_size(staged["single"], staged["concurrent"],
+                                                fields.get("host_copy_gbps", Machine.host_copy_gbps),
+                                                fields.get("staged_chunk_bytes", Machine.staged_chunk_bytes),
+                                                lat)
+        fields.update(staged_gbps_by_mib=by_mib, staged_contention=contention)
+    fields["links_measured"] = _transport_created(transport)
+
+
+def _transport_created(spec: str) -> str:
+    """The latest ``created`` of ``bench transport`` file(s) (``spec``: comma separated)."""
+    import h5py  # noqa: PLC0415
+
+    times = []
+    for path in spec.split(","):
+        try:
+            with h5py.File(path, "r") as f:
+                times.append(_attr(f.attrs.get("created", "")))
+        except OSError as exc:
+            raise InputError(f"--transport={path}: not a `bench transport` file ({exc})") from None
+    return max(str(t) for t in times)
+
+
+def relink(base: Machine, transport: str) -> Machine:
+    """``base`` with the links of newer ``bench transport`` file(s) (``model links``): its GEMM
+    curves kept, every link the files measure replaced.
+
+    A link can drift while a GEMM curve holds: the staged path of docs/scaling.md section 1
+    moved by 15 % within minutes of one call.
+    """
+    fields = dataclasses.asdict(base)
+    _with_links(fields, transport, base.device == "gpu")
+    fields["source"] = f"{base.source}; links from {transport}"
     return Machine(**fields)

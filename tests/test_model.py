@@ -522,13 +522,16 @@ def test_sweep_runs_back_to_back_within_its_bound():
     assert per * 2 * len(shapes) * 3 <= model.SWEEP_BUDGET_SECONDS
 
 
-def _results_file(path, m, n, k, ranks, seconds, algo=None, rpn=None, mps=None, **more):
+def _results_file(path, m, n, k, ranks, seconds, algo=None, rpn=None, mps=None, created=None, **more):
     """A results file with what `model check` reads (config, summary, topology); ``more``: other config attributes;
-    ``mps``: the ``/summary`` attribute (absent where ``None``, as in files from before it)."""
+    ``mps``: the ``/summary`` attribute (absent where ``None``, as in files from before it); ``created``: the
+    root's time attribute (absent where ``None``)."""
     import h5py
 
     with h5py.File(path, "w") as f:
         f.attrs["ranks"] = ranks
+        if created is not None:
+            f.attrs["created"] = created
         cfg = f.create_group("config").attrs
         attributes = dict(m=m, n=n, k=k, dtype="float64", tf32=False, ranks_per_node=rpn or 0, panel=1024,
                           prefetch=1, grid="x".join(map(str, model.compute_dims(ranks))), cuda_aware_mpi_decision=False)
@@ -567,6 +570,71 @@ def test_check_table_reads_algo_and_prints_gains_and_repeats(tmp_path):
     assert "gain over summa" in table and "2 runs: min 0.03 s" in table and "spread 10.0 %" in table
     median_error = 100 * (rows[0].predicted / np.median([0.030, 0.033]) - 1)
     assert f"error of the median {median_error:.1f} %" in table
+
+
+def _staged_transport(path, gbps: float, created: str) -> str:
+    """A ``bench transport`` file of staged pairs at ``gbps`` (and one IPC pair), made at ``created``."""
+    import h5py
+
+    from hpcmm import h5io
+
+    rows = [{"src": 0, "dst": dst, "path": "staged", "bytes": b, "seconds": 1e-4 + b / (gbps * 1e9), "gbps": 0.0}
+            for dst in (1, 2) for b in (1 << 22, 1 << 24, 1 << 26)]
+    rows += [{"src": 0, "dst": 1, "path": "ipc", "bytes": b, "seconds": 1e-5 + b / 300e9, "gbps": 0.0}
+             for b in (1 << 20, 1 << 26)]
+    h5io.write_table_file(str(path), False, "bench-transport", "transport", rows, {"hpcmm": "test"})
+    with h5py.File(path, "r+") as f:
+        f.attrs["created"] = created
+    return str(path)
+
+
+def test_model_links_replaces_the_links_and_keeps_the_gemm_curves(tmp_path, capsys):
+    """`model links`: a description with a newer transport file's links, its GEMM curves as they were, and
+    the file's time; without --transport or --save a one-line error, and no file."""
+    from mpi4py import MPI
+
+    from hpcmm import cli
+
+    base = builtin("h200x2")
+    links = _staged_transport(tmp_path / "t.h5", 3.0, "2026-11-30T16:47:00+00:00")
+    save = tmp_path / "later.json"
+    ns = cli.parse(["model", "links", "--machine", "h200x2", "--transport", links, "--save", str(save)])
+    assert model.model_main(ns, MPI.COMM_SELF) == 0
+    later = model.load_machine(str(save))
+    assert later.gemm == base.gemm and later.name == base.name
+    assert later.links_measured == "2026-11-30T16:47:00+00:00" and links in later.source
+    _, staged = model._read_transport(links)
+    want, _ = model.fit_staged_by_size(staged["single"], {}, base.host_copy_gbps, base.staged_chunk_bytes,
+                                       later.staged_latency_us)
+    assert [mib for mib, _ in later.staged_gbps_by_mib] == [4.0, 16.0, 64.0]
+    assert [g for _, g in later.staged_gbps_by_mib] == pytest.approx([g for _, g in want])
+    assert max(g for _, g in later.staged_gbps_by_mib) < base.staged_gbps  # the base: one rate, 5.66 GB/s
+    assert later.intra_gbps == pytest.approx(300.0, rel=1e-6)
+    assert "measured 2026-11-30T16:47:00+00:00" in capsys.readouterr().out
+    for args in (["--transport", links], ["--save", str(tmp_path / "never.json")]):
+        with pytest.raises(InputError, match="model links: --transport FILE.h5 and --save FILE.json are required"):
+            model.model_main(cli.parse(["model", "links", *args]), MPI.COMM_SELF)
+    assert not (tmp_path / "never.json").exists()
+
+
+def test_check_predicts_each_run_with_the_links_measured_last_before_it(tmp_path):
+    """Several descriptions: a run takes the one whose links were measured last before it ended; runs
+    before every one of them (or of no known time) take the first.  The table says how many each predicted."""
+    base = builtin("h200x2")
+    early = model.relink(base, _staged_transport(tmp_path / "t0.h5", 8.0, "2026-11-30T16:44:00+00:00"))
+    late = model.relink(base, _staged_transport(tmp_path / "t1.h5", 4.0, "2026-11-30T16:47:00+00:00"))
+    times = ["2026-11-30T16:43:00+00:00", "2026-11-30T16:45:00+00:00", "2026-11-30T16:48:00+00:00", None]
+    files = [_results_file(tmp_path / f"r{i}.h5", 8192, 8192, 8192, 4, 0.05, rpn=2, created=t)
+             for i, t in enumerate(times)]
+    rows = model.check_rows(files, [early, late])
+    assert [r.links_measured for r in rows] == [early.links_measured, early.links_measured, late.links_measured,
+                                                early.links_measured]
+    alone = model.check_rows(files, early)
+    assert rows[2].predicted > 1.2 * alone[2].predicted  # half the staged rate
+    assert [r.predicted for r in rows[:2]] == [r.predicted for r in alone[:2]]
+    table = model.check_table(files, [early, late])
+    assert "links measured at 2026-11-30T16:44:00+00:00: 3 run(s), 2026-11-30T16:47:00+00:00: 1 run(s)" in table
+    assert "links measured at" not in model.check_table(files, early)
 
 
 def test_check_reads_the_step_order_and_the_balance_of_each_file(tmp_path):

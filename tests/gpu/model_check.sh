@@ -21,6 +21,11 @@
 # Repeats: every staged case (and every 2.5d case) runs MODEL_CHECK_REPEATS times (default 3), in
 # rounds (each case once, then each again), and model check adds the prediction's error against their
 # median: two runs of one staged case in one call differed by 27-32 % (docs/scaling.md, section 1).
+# Links again: before every round `bench transport` runs again as calibrate ran it and `model links` makes
+# a description with its links (GEMM curves kept); model check predicts each run with the links measured
+# last before it, and prints the worst error with calibrate's links alone beside it (TABLE-start.txt).
+# The staged path drifted by 15 % within the 5 minutes of one call (docs/scaling.md, section 1).
+# MODEL_CHECK_RELINK=0 leaves it out.
 # About 6 minutes of GPU time for system and 2.5d together with the repeats (3 without), 3 for cuda-aware.
 # MODEL_CHECK_PACK=1 puts the HDF5 files and the bind records into $OUT/files.tgz at the end.
 # MODEL_CHECK_SHAPES (MxNxW,...; "" for none) are the C blocks `model measure --shapes` times exactly
@@ -111,6 +116,8 @@ run_queued() {  # the queued cases in rounds (every case once, then again): a dr
   local i line
   local -a args
   for i in $(seq 1 "${MODEL_CHECK_REPEATS:-3}"); do
+    eval "args=(${queued[0]})"
+    relink "${args[0]}" "$i"
     for line in "${queued[@]}"; do
       eval "args=($line)"
       if [ "$i" = 1 ]; then
@@ -123,8 +130,41 @@ run_queued() {  # the queued cases in rounds (every case once, then again): a dr
   queued=()
 }
 
+relink() {  # relink SECTION ROUND: the links again before a round (bench transport as calibrate ran it), and
+  # the description with them (model links): the staged path drifts during a call (docs/scaling.md
+  # section 1), and model check predicts each run with the links measured last before it.
+  # MODEL_CHECK_RELINK=0: the description of calibrate for every run.
+  local section=$1 round=$2
+  [ "${MODEL_CHECK_RELINK:-1}" = 0 ] || [ ${#transport_args[@]} = 0 ] && return 0
+  local tag="$section-r$round"
+  echo "=== [$tag] bench transport again at ${transport_args[1]} ranks ($(date -u +%T))" >> "$log"
+  run_ranks "$tag-transport" "${transport_args[1]}" 300 python3 -m hpcmm bench transport --device "$device" \
+    --sizes "${transport_args[2]}" "${transport_args[@]:3}" --out "$OUT/transport-$tag.h5" --overwrite >> "$log" 2>&1 \
+    && python3 -m hpcmm model links --machine "$OUT/machine-${transport_args[0]}.json" \
+      --transport "$OUT/transport-$tag.h5" --save "$OUT/machine-$tag.json" >> "$log" 2>&1 \
+    || { echo "FAILED: [$tag] links again" | tee -a "$log"; failed=$((failed + 1)); }
+}
+
+descriptions() {  # descriptions KIND SECTION: calibrate's description, then those of the section's rounds
+  local list=$OUT/machine-$1.json f
+  for f in "$OUT/machine-$2"-r*.json; do [ -f "$f" ] && list+=",$f"; done
+  echo "$list"
+}
+
+check() {  # check KIND SECTION TABLE: model check of the section's files, with the links of each round and,
+  # for comparison, with calibrate's alone
+  local kind=$1 section=$2 table=$3
+  python3 -m hpcmm model check "$OUT/$section"-*.h5 --machine "$(descriptions "$kind" "$section")" | tee "$OUT/$table.txt"
+  if [ "$(descriptions "$kind" "$section")" != "$OUT/machine-$kind.json" ]; then
+    python3 -m hpcmm model check "$OUT/$section"-*.h5 --machine "$OUT/machine-$kind.json" > "$OUT/$table-start.txt"
+    echo "(with the links of calibrate alone: $(grep '^worst error' "$OUT/$table-start.txt"), in $table-start.txt)"
+  fi
+}
+
+transport_args=()
 calibrate() {  # calibrate KIND RANKS SIZES [transport options]
   local kind=$1 n=$2 sizes=$3; shift 3
+  transport_args=("$kind" "$n" "$sizes" "$@")
   local dtypes=float64,float32,float16,tf32 base=(--machine h200x2)  # the broadcast figures of h200x2 start the GPU description
   # the C blocks of the runs below that the GEMM curve misjudges, timed exactly (model measure --shapes)
   local shapes=${MODEL_CHECK_SHAPES-16384x8192x8192,8192x4096x2048,16384x2048x2048,16384x4096x2048}
@@ -143,12 +183,13 @@ if [ "$device" = cpu ]; then
   calibrate cpu 2 1,4,16,64,256
   case_run cpu n1 1 --m 1536 --n 1536 --k 1536
   case_run cpu n2 2 --m 1536 --n 1536 --k 1536
-  case_run cpu n2-rpn1 2 --m 1536 --n 1536 --k 1536 --ranks-per-node 1
+  case_reps cpu n2-rpn1 2 --m 1536 --n 1536 --k 1536 --ranks-per-node 1
+  MODEL_CHECK_REPEATS=${MODEL_CHECK_REPEATS:-2} run_queued
   case_run cpu n2-uneven 2 --m 2001 --n 1503 --k 1799
   case_run cpu n3 3 --m 1536 --n 1536 --k 1536
   case_run cpu n4-rpn2 4 --m 2048 --n 2048 --k 2048 --ranks-per-node 2
   case_run cpu n4-rpn1-f32 4 --m 2048 --n 1536 --k 1024 --ranks-per-node 1 --dtype float32
-  python3 -m hpcmm model check "$OUT"/cpu-*.h5 --machine "$OUT/machine-cpu.json" | tee "$OUT/table-cpu.txt"
+  check cpu cpu table-cpu
   exit "$failed"
 fi
 
@@ -179,7 +220,7 @@ if has system || has 2.5d; then
   case_run system n2-uneven-f32 2 --m 12007 --n 9001 --k 6003 --dtype float32
   case_run system n4-8192 4 --m 8192 --n 8192 --k 8192
   case_run system n8-16384 8 --m 16384 --n 16384 --k 16384
-  python3 -m hpcmm model check "$OUT"/system-*.h5 --machine "$OUT/machine-system.json" | tee "$OUT/table-system.txt"
+  check system system table-system
   fi
   # 2.5d: the same problems with --algo summa and 2.5d:C over the staged path (an emulated slow
   # network between virtual nodes); model check prints the gain of 2.5d over summa, measured and
@@ -198,7 +239,7 @@ if has system || has 2.5d; then
       done
     done
     run_queued
-    python3 -m hpcmm model check "$OUT"/system25-*.h5 --machine "$OUT/machine-system.json" | tee "$OUT/table-2.5d.txt"
+    check system system25 table-2.5d
   else
     echo "2.5d: this hpcmm has no --algo yet; section skipped" | tee -a "$log" "$OUT/table-2.5d.txt"
   fi
