@@ -74,11 +74,12 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM
 device=${MODEL_CHECK_DEVICE:-gpu}
 failed=0
 
-pack() {  # MODEL_CHECK_PACK=1: the results files and bind records in one archive, $OUT/files.tgz, instead of
-  # loose (a machine that sends files back one by one may cap their number); tables, log and descriptions stay
+pack() {  # MODEL_CHECK_PACK=1: the results files, the rounds' descriptions, the tables with calibrate's links alone
+  # and the bind records in one archive, $OUT/files.tgz, instead of loose (a machine that sends files back one by
+  # one may cap their number); the tables, the log and calibrate's descriptions stay
   [ "${MODEL_CHECK_PACK:-0}" = 1 ] || return 0
   local files
-  files=$(cd "$OUT" && ls -- *.h5 2>/dev/null)
+  files=$(cd "$OUT" && ls -- *.h5 machine-*-r*.json table-*-start.txt 2>/dev/null)
   [ -n "$files" ] || [ -d "$OUT/bind" ] || return 0
   # shellcheck disable=SC2086
   (cd "$OUT" && tar czf files.tgz $files $( [ -d bind ] && echo bind )) && (cd "$OUT" && rm -rf $files bind)
