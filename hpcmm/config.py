@@ -55,8 +55,6 @@ DEFAULT_SIZE_CPU = 1024
 MAX_PREFETCH = 8
 #: ``HPCMM_STEP_ORDER``: the SUMMA steps' order on each rank (:class:`RunConfig` ``step_order``).
 STEP_ORDERS = ("auto", "common")
-#: ``HPCMM_PANEL_WAIT``: how the compute stream waits for a step's panels (:class:`RunConfig` ``panel_wait``).
-PANEL_WAITS = ("auto", "stream", "host")
 #: Files the command line names itself when ``--out`` is not given (see :func:`new_output_name`).
 OUTPUT_PATTERN = "hpcmm-results-%Y%m%d-%H%M%S"
 
@@ -230,10 +228,6 @@ ENVIRONMENT: dict[str, EnvSetting] = {
         "step_order", _choice("HPCMM_STEP_ORDER", STEP_ORDERS),
         "auto (on one node each rank starts k with its own blocks) or common (every rank in the same order)",
     ),
-    "HPCMM_PANEL_WAIT": EnvSetting(
-        "panel_wait", _choice("HPCMM_PANEL_WAIT", PANEL_WAITS),
-        "auto, stream (the compute stream waits on a step's panels) or host (the host waits, then queues the GEMM)",
-    ),
     "HPCMM_GEMM_LIBRARY": EnvSetting(
         "gemm_library", _choice("HPCMM_GEMM_LIBRARY", GEMM_LIBRARIES),
         "auto (per GEMM shape, cuBLASLt's autotuned algorithm where it is faster; GPUs with nvmath-python) "
@@ -318,9 +312,6 @@ class RunConfig:
     #: The order of the SUMMA steps on each rank: ``auto`` (each starts with its own blocks where every
     #: panel is a one-sided pull, :func:`~hpcmm.algorithms.own_start`) or ``common`` (the same everywhere).
     step_order: str = "auto"
-    #: How a step's GEMM waits for its panels: ``stream`` (the compute stream waits on their ready events),
-    #: ``host`` (the host waits for them, then queues the GEMM) or ``auto`` (:attr:`hpcmm.engine.Engine.panel_wait`).
-    panel_wait: str = "auto"
     #: The library of the local GEMMs (:mod:`hpcmm.gemm_library`): ``auto`` (per shape, measured) or ``gemmex``.
     gemm_library: str = "auto"
     #: Which way the default grid faces (:mod:`hpcmm.grid_orientation`): ``auto`` (by type and sharing),
@@ -372,8 +363,6 @@ class RunConfig:
                              f"{', '.join(GRID_ORIENTATIONS)}")
         if self.step_order not in STEP_ORDERS:
             raise InputError(f"HPCMM_STEP_ORDER={self.step_order!r}: expected one of {', '.join(STEP_ORDERS)}")
-        if self.panel_wait not in PANEL_WAITS:
-            raise InputError(f"HPCMM_PANEL_WAIT={self.panel_wait!r}: expected one of {', '.join(PANEL_WAITS)}")
         algo = parse_algo(self.algo, self.origin("algo"))
         if algo.name != "summa" and self.grid is not None:
             raise InputError(f"--grid={self.grid[0]}x{self.grid[1]}: applies to --algo=summa only, not "

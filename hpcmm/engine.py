@@ -231,9 +231,6 @@ class Engine:
         #: own blocks (:func:`~hpcmm.algorithms.own_start`); ``common``: every rank in the same order,
         #: which the broadcasts between nodes need.
         self.step_order = "own-first" if config.step_order == "auto" and topo.vnode_count == 1 else "common"
-        #: ``stream``: the compute stream waits on a step's panel events; ``host``: the host waits for
-        #: them and only then queues the GEMM, so that the compute stream never holds a wait.
-        self.panel_wait = "stream" if config.panel_wait == "auto" else config.panel_wait
         self.plan: list[Step] = rank_plan(layout, topo.rank, self.panel, self.prefetch,
                                           own_order=self.step_order == "own-first")
         #: Steps of the longest plan: every rank's step records are that long (zeros after its own).
@@ -442,11 +439,8 @@ class Engine:
             if self.prefetch == 0:
                 fetch(s)
             a_panel, a_ready, b_panel, b_ready = fetched.pop(s)
-            for ready in (a_ready, b_ready):
-                if self.panel_wait == "host":
-                    backend.event_synchronize(ready)
-                else:
-                    backend.wait(compute_stream, ready)
+            backend.wait(compute_stream, a_ready)
+            backend.wait(compute_stream, b_ready)
             marks[s].gemm_start = backend.event(compute_stream)
             backend.gemm(a_panel, b_panel, self.C, accumulate=s > 0, stream=compute_stream, tf32=self.tf32)
             marks[s].gemm_end = gemm_done[s % self.ring] = backend.event(compute_stream)

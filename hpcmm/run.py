@@ -448,7 +448,6 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
     attributes.update(m=layout.m, n=layout.n, k=layout.k, grid=str(layout.grid), panel=engine.panel,
                       panel_auto=engine.panel_auto, prefetch=engine.prefetch, ring=engine.ring,
                       backend=backend.name, steps=engine.steps, step_order_used=engine.step_order,
-                      panel_wait_used=engine.panel_wait,
                       cuda_aware_mpi_decision=awareness.aware, cuda_aware_mpi_reason=awareness.reason,
                       ranks_per_node=topo.ranks_per_node or 0, nodes=topo.vnode_count)
     attributes.update(setup.arrangement.attributes(layout))

@@ -78,36 +78,6 @@ def test_transfers_hidden_after_the_first_step(engine, monkeypatch):
     np.testing.assert_allclose(engine.C, engine.reference, rtol=1e-13)
 
 
-def test_host_panel_wait_queues_each_gemm_after_its_panels(engine, monkeypatch):
-    """``panel_wait`` host: the host waits for a step's panels and then queues its GEMM, so the compute
-    stream never holds a wait.  With GEMM 1 s, A 0.5 s, B 0.25 s and prefetch 1 the GEMMs run as with
-    stream waits (0.75–1.75, … 3.75–4.75): each next pair still arrives while the GEMM before it runs."""
-    fake = FakeBackend(lambda width: 1.0)
-    install(monkeypatch, engine, fake, a_seconds=0.5, b_seconds=0.25)
-    compute_waits, synced = [], []
-    wait, event_synchronize = fake.wait, fake.event_synchronize
-
-    def recording_wait(stream, event):
-        if stream is fake.compute_stream and event is not None:
-            compute_waits.append(event)
-        wait(stream, event)
-
-    def recording_sync(event):
-        synced.append(event)
-        event_synchronize(event)
-
-    monkeypatch.setattr(fake, "wait", recording_wait)
-    monkeypatch.setattr(fake, "event_synchronize", recording_sync)
-    engine.panel_wait = "host"
-    t = engine.multiply()
-    assert compute_waits == []
-    assert [e for e in synced if e is not None] == [0.5, 0.75, 1.25, 1.5, 2.25, 2.5, 3.25, 3.5]  # A, B of each step
-    assert t.seconds == 4.75
-    gemms = t.timeline[t.timeline[:, 1] == 0]
-    np.testing.assert_array_equal(gemms[:, 3:5], [[0.75, 1.75], [1.75, 2.75], [2.75, 3.75], [3.75, 4.75]])
-    np.testing.assert_allclose(engine.C, engine.reference, rtol=1e-13)
-
-
 def test_host_overhead_is_not_waiting_for_data(engine, monkeypatch):
     """No transfers (the panels are the rank's own) but 1.5 s of host work per step, GEMM 1 s.
 
