@@ -29,8 +29,9 @@
 # About 6 minutes of GPU time for system and 2.5d together with the repeats (3 without), 3 for cuda-aware.
 # MODEL_CHECK_PACK=1 puts the HDF5 files and the bind records into $OUT/files.tgz at the end.
 # MODEL_CHECK_SHAPES (MxNxW,...; "" for none) are the C blocks `model measure --shapes` times exactly
-# beside the sweep (on a GPU by default the float64 blocks of 2 ranks at 16384 and of 8 ranks on 2 x 4
-# and 1 x 8, and 3 ranks' shared block), which the description then takes at their measured rates.
+# beside the sweep (on a GPU by default the blocks of 2 ranks at 16384, tall as float64's grid faces and
+# wide as tf32's, and of 8 ranks on 2 x 4 and 1 x 8, and 3 ranks' shared block), which the description
+# then takes at their measured rates.
 # Exit status: 0 when every case ran (the errors are reported, not judged: docs/scaling.md holds
 # the table and its verdict).
 if [ "${1:-}" = --bind-rank ]; then  # one rank: bind, record, exec (run by mpiexec, see run_ranks)
@@ -168,7 +169,7 @@ calibrate() {  # calibrate KIND RANKS SIZES [transport options]
   transport_args=("$kind" "$n" "$sizes" "$@")
   local dtypes=float64,float32,float16,tf32 base=(--machine h200x2)  # the broadcast figures of h200x2 start the GPU description
   # the C blocks of the runs below that the GEMM curve misjudges, timed exactly (model measure --shapes)
-  local shapes=${MODEL_CHECK_SHAPES-16384x8192x8192,8192x4096x2048,16384x2048x2048,16384x4096x2048}
+  local shapes=${MODEL_CHECK_SHAPES-16384x8192x8192,8192x16384x8192,8192x4096x2048,16384x2048x2048,16384x4096x2048}
   [ "$device" = cpu ] && { dtypes=float64,float32; base=(); shapes=${MODEL_CHECK_SHAPES-}; }
   [ -n "$shapes" ] && base+=(--shapes "$shapes")
   echo "=== [$kind] bench transport at $n ranks, sizes $sizes MiB" >> "$log"
