@@ -299,6 +299,18 @@ MUTATIONS = {
         "    return machine.shared_device_efficiency",
         ["tests/test_model.py"],
     ),
+    "model check: every run predicted with the first description": (
+        "hpcmm/model.py",
+        "            return machines[max(before)[1]]",
+        "            return machines[0]",
+        ["tests/test_model.py"],
+    ),
+    "model links: the GEMM curves replaced too": (
+        "hpcmm/model.py",
+        "    fields = dataclasses.asdict(base)\n    _with_links(fields, transport, base.device == \"gpu\")",
+        "    fields = dataclasses.asdict(base)\n    fields[\"gemm\"] = {}\n    _with_links(fields, transport, base.device == \"gpu\")",
+        ["tests/test_model.py"],
+    ),
     "model check: the file's MPS state ignored": (
         "hpcmm/model.py",
         '        mps = bool(summ.get("mps", False))',

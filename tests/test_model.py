@@ -1386,10 +1386,118 @@ MEASURED_TENTH_1130 = [
 #: 0.02814 s in the seventh call, 0.02265 s in this one, 0.03157 s in the ninth), and 8192 at 8 ranks,
 #: rpn 4, in the system section (-15.2 %; the same case in the 2.5d section of the same call: -3.0 %).
 #: They must stay below 35 % until fixed.
-OPEN_EIGHTH_1130 = {("2.5d", 4, 10007, 2, "summa"), ("system", 8, 8192, 4, "summa")}
+OPEN_EIGHTH_1130 = {("2.5d", 4, 10007, "float64", 2, "summa"), ("system", 8, 8192, "float64", 4, "summa")}
 #: The tenth call's case outside 15 % by its median (-16.6 %): summa 10007x6001x6007 at 8 ranks, rpn 4, in the
 #: 2.5d section (-10.9 % in the ninth call).  Below 35 % until fixed (docs/scaling.md).
-OPEN_TENTH_1130 = {("2.5d", 8, 10007, 4, "summa")}
+OPEN_TENTH_1130 = {("2.5d", 8, 10007, "float64", 4, "summa")}
+#: The eleventh call (sections system and 2.5d, the links measured again before every round), against the
+#: description measured at its start (data/machines/h200x2-2026-11-30-system-h.json).
+MEASURED_ELEVENTH_1130 = [
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0237095),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.026477),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0292038),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0233823),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0241756),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0248296),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.0417598),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.0471475),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.0507079),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0369908),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0408635),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0433637),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.0174188),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.0187367),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.018887),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0188944),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0190205),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0202285),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0333378),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0358919),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0376741),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.027904),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0290302),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0291963),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0306307),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0314251),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0332625),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0439801),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0484733),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0531697),
+    ("system", 2, 12007, 9001, 6003, "float32", None, 2, "summa", "2x1", 3001, 1, False, "auto", 0.0134881),
+    ("system", 2, 16384, 16384, 16384, "float16", None, 2, "summa", "2x1", 8192, 1, False, "auto", 0.00599373),
+    ("system", 2, 16384, 16384, 16384, "float64", None, 2, "summa", "1x2", 8192, 1, False, "auto", 0.0743054),
+    ("system", 2, 16384, 16384, 16384, "tf32", None, 2, "summa", "2x1", 8192, 2, False, "auto", 0.0118363),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.0687048),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.0762276),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.0776549),
+    ("system", 2, 8192, 8192, 8192, "float64", None, 2, "summa", "1x2", 4096, 1, False, "auto", 0.0098307),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0233976),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0246273),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0268659),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0396022),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0433236),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.044194),
+    ("system", 4, 8192, 8192, 8192, "float64", None, 4, "summa", "1x4", 2048, 1, False, "auto", 0.0110823),
+    ("system", 8, 16384, 16384, 16384, "float64", None, 8, "summa", "1x8", 2048, 1, False, "auto", 0.0861893),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0242333),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0271412),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0324229),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0135254),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0142497),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0145277),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0456032),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0463986),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0481275),
+]
+#: Its cases outside 15 % with that description: float32 6001x4099x3001 at 8 ranks, rpn 1 (median +15.8 %),
+#: summa 8192 at 4 ranks, rpn 2, in the 2.5d section (+15.8 %), and tf32 16384 at 2 ranks (+17.1 %, one run: its
+#: wide block was not timed exactly; the twelfth call times it).  Below 35 % until fixed (docs/scaling.md).
+OPEN_ELEVENTH_1130 = {("system", 8, 6001, "float32", 1, "summa"), ("2.5d", 4, 8192, "float64", 2, "summa"),
+                      ("system", 2, 16384, "tf32", None, "summa")}
+#: The twelfth call: tf32 16384 at 2 ranks with its block timed exactly, and the case the tenth call left open,
+#: time-sliced (data/machines/h200x2-2026-11-30-system-i.json).
+MEASURED_TWELFTH_1130 = [
+    ("system", 2, 16384, 16384, 16384, "tf32", None, 2, "summa", "2x1", 8192, 2, False, "auto", 0.0118757),
+    ("system", 2, 16384, 16384, 16384, "tf32", None, 2, "summa", "2x1", 8192, 2, False, "auto", 0.0119318),
+    ("system", 2, 16384, 16384, 16384, "tf32", None, 2, "summa", "2x1", 8192, 2, False, "auto", 0.0119327),
+    ("system", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.034629),
+    ("system", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0352379),
+    ("system", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0358389),
+]
+#: The thirteenth call (section 2.5d, the links measured again before every round), against the description
+#: measured at its start (data/machines/h200x2-2026-11-30-system-j.json).
+MEASURED_THIRTEENTH_1130 = [
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0314356),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0315029),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0425521),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0268718),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0271754),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0283464),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.0519252),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.0535062),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.0580343),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0483848),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0494582),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0512217),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.020228),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.0203135),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.0213155),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0218244),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0219475),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0239192),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.035586),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0364828),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0390921),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0331451),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0331688),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0332506),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0342647),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.03449),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0349654),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0514278),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0536931),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0660483),
+]
 
 
 def _call_cases(rows):
@@ -1407,13 +1515,15 @@ def _predicted_call(case, kind):
 
 
 _CALLS = {"eighth": (MEASURED_EIGHTH_1130, OPEN_EIGHTH_1130), "ninth": (MEASURED_NINTH_1130, set()),
-          "tenth": (MEASURED_TENTH_1130, OPEN_TENTH_1130)}
+          "tenth": (MEASURED_TENTH_1130, OPEN_TENTH_1130), "eleventh": (MEASURED_ELEVENTH_1130, OPEN_ELEVENTH_1130),
+          "twelfth": (MEASURED_TWELFTH_1130, set()), "thirteenth": (MEASURED_THIRTEENTH_1130, set())}
 
 
 def _call_kind(case, call):
     if call == "ninth" and case[0] == "cuda-aware":
         return "cuda-aware-f"
-    return {"eighth": "system-e", "ninth": "system-f", "tenth": "system-g"}[call]
+    return {"eighth": "system-e", "ninth": "system-f", "tenth": "system-g", "eleventh": "system-h",
+            "twelfth": "system-i", "thirteenth": "system-j"}[call]
 
 
 @pytest.mark.parametrize("call, case", [(call, c) for call in _CALLS for c in _call_cases(_CALLS[call][0])], ids=str)
@@ -1423,14 +1533,21 @@ def test_latest_calls_within_15_percent(call, case):
     rows, open_cases = _CALLS[call]
     runs = _call_cases(rows)[case]
     err = abs(_predicted_call(case, _call_kind(case, call)) / float(np.median(runs)) - 1)
-    key = (case[0], case[1], case[2], case[6], case[8])
+    key = (case[0], case[1], case[2], case[5], case[6], case[8])
     _within_15_percent_or_open(err, key in open_cases, (call, case, runs))
 
 
-@pytest.mark.parametrize("call", list(_CALLS))
+#: Speed-ups outside 15 %: the eleventh call's 2.5d:2 and 2.5d:4 over summa at 10007x6001x6007, 8 ranks, rpn 4
+#: (measured 1.92 and 1.89, predicted 1.59, -17.2 and -15.9 %; their summa median is the case the tenth call
+#: left open).  Below 35 % until fixed.
+OPEN_GAINS_1130 = {("eleventh", 8, 10007, "2.5d:2"), ("eleventh", 8, 10007, "2.5d:4")}
+
+
+@pytest.mark.parametrize("call", [call for call in _CALLS if any(row[0] == "2.5d" for row in _CALLS[call][0])])
 def test_latest_2p5d_gains_within_15_percent(call):
     """2.5D over summa on the emulated slow network, medians of the 2.5d section: the predicted speed-up
-    within 15 % of the measured one (the tenth call's 2.5d:2 at 10007x6001x6007, 4 ranks: +14.99 %)."""
+    within 15 % of the measured one (the tenth call's 2.5d:2 at 10007x6001x6007, 4 ranks: +14.99 %), the open
+    ones (``OPEN_GAINS_1130``) below 35 %."""
     rows = _CALLS[call][0]
     cases = {c: r for c, r in _call_cases(rows).items() if c[0] == "2.5d"}
     summa = {c[1:8]: c for c in cases if c[8] == "summa"}
@@ -1439,7 +1556,8 @@ def test_latest_2p5d_gains_within_15_percent(call):
     for case, base in pairs:
         measured = float(np.median(cases[base])) / float(np.median(cases[case]))
         predicted = _predicted_call(base, _call_kind(base, call)) / _predicted_call(case, _call_kind(case, call))
-        assert abs(predicted / measured - 1) <= 0.15, (call, case, measured, predicted)
+        _within_15_percent_or_open(abs(predicted / measured - 1), (call, case[1], case[2], case[8]) in OPEN_GAINS_1130,
+                                   (call, case, measured, predicted))
 
 
 def test_a_shared_gpu_runs_its_ranks_gemms_one_after_the_other():
