@@ -1608,7 +1608,7 @@ def _label(r: CheckRow) -> str:
 
 def _repeat_lines(rows) -> list[str]:
     """Runs of one setup and algorithm measured more than once: their spread (max ÷ min − 1) and the
-    prediction's error against their median."""
+    error of the median of their predictions (one each: runs with other links differ) against their median."""
     groups: dict[tuple, list[CheckRow]] = {}
     for r in rows:
         groups.setdefault((r.setup, r.algo), []).append(r)
@@ -1619,13 +1619,19 @@ def _repeat_lines(rows) -> list[str]:
             median = float(np.median(t))
             lines.append(f"{_label(group[0]) + ' ' + group[0].algo:<52} {len(t)} runs: min {t[0]:.4g} s, median "
                          f"{median:.4g} s, max {t[-1]:.4g} s, spread {100 * (t[-1] / t[0] - 1):.1f} %, "
-                         f"error of the median {100 * (group[0].predicted / median - 1):.1f} %")
+                         f"error of the median {100 * (_predicted_median(group) / median - 1):.1f} %")
     return ["", "repeated runs:", *lines] if lines else []
+
+
+def _predicted_median(runs) -> float:
+    """The median prediction of repeated runs: each run is predicted with the links measured last before it."""
+    return float(np.median([r.predicted for r in runs]))
 
 
 def gain_rows(rows) -> list[tuple[str, str, float, float]]:
     """``(case, algo, measured gain, predicted gain)`` for every algorithm run beside ``summa`` on the
-    same setup; gain = time of summa ÷ time of the algorithm − 1 (medians where repeated)."""
+    same setup; gain = time of summa ÷ time of the algorithm − 1 (medians where repeated, of the measured
+    and of the predicted times)."""
     groups: dict[tuple, dict[str, list[CheckRow]]] = {}
     for r in rows:
         groups.setdefault(r.setup, {}).setdefault(r.algo, []).append(r)
@@ -1635,11 +1641,11 @@ def gain_rows(rows) -> list[tuple[str, str, float, float]]:
             continue
         base = by_algo["summa"]
         t_base = float(np.median([r.measured for r in base]))
-        p_base = base[0].predicted
+        p_base = _predicted_median(base)
         for algo, runs in sorted(by_algo.items()):
             if algo != "summa":
                 t = float(np.median([r.measured for r in runs]))
-                out.append((_label(base[0]), algo, t_base / t - 1, p_base / runs[0].predicted - 1))
+                out.append((_label(base[0]), algo, t_base / t - 1, p_base / _predicted_median(runs) - 1))
     return out
 
 

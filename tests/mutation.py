@@ -305,6 +305,12 @@ MUTATIONS = {
         "            return machines[0]",
         ["tests/test_model.py"],
     ),
+    "model check: repeats judged by the first run's prediction": (
+        "hpcmm/model.py",
+        "    return float(np.median([r.predicted for r in runs]))",
+        "    return runs[0].predicted",
+        ["tests/test_model.py"],
+    ),
     "model links: the GEMM curves replaced too": (
         "hpcmm/model.py",
         "    fields = dataclasses.asdict(base)\n    _with_links(fields, transport, base.device == \"gpu\")",

@@ -623,17 +623,21 @@ def test_check_predicts_each_run_with_the_links_measured_last_before_it(tmp_path
     base = builtin("h200x2")
     early = model.relink(base, _staged_transport(tmp_path / "t0.h5", 8.0, "2026-11-30T16:44:00+00:00"))
     late = model.relink(base, _staged_transport(tmp_path / "t1.h5", 4.0, "2026-11-30T16:47:00+00:00"))
-    times = ["2026-11-30T16:43:00+00:00", "2026-11-30T16:45:00+00:00", "2026-11-30T16:48:00+00:00", None]
+    times = ["2026-11-30T16:43:00+00:00", "2026-11-30T16:45:00+00:00", "2026-11-30T16:48:00+00:00",
+             "2026-11-30T16:49:00+00:00", None]
     files = [_results_file(tmp_path / f"r{i}.h5", 8192, 8192, 8192, 4, 0.05, rpn=2, created=t)
              for i, t in enumerate(times)]
     rows = model.check_rows(files, [early, late])
-    assert [r.links_measured for r in rows] == [early.links_measured, early.links_measured, late.links_measured,
-                                                early.links_measured]
+    assert [r.links_measured for r in rows] == [early.links_measured] * 2 + [late.links_measured] * 2 \
+        + [early.links_measured]
     alone = model.check_rows(files, early)
     assert rows[2].predicted > 1.2 * alone[2].predicted  # half the staged rate
     assert [r.predicted for r in rows[:2]] == [r.predicted for r in alone[:2]]
-    table = model.check_table(files, [early, late])
-    assert "links measured at 2026-11-30T16:44:00+00:00: 3 run(s), 2026-11-30T16:47:00+00:00: 1 run(s)" in table
+    table = model.check_table(files[:4], [early, late])
+    assert "links measured at 2026-11-30T16:44:00+00:00: 2 run(s), 2026-11-30T16:47:00+00:00: 2 run(s)" in table
+    # the four runs repeat one setup: the error of the median of their predictions, two early and two late
+    both = (alone[0].predicted + rows[2].predicted) / 2
+    assert f"error of the median {100 * (both / 0.05 - 1):.1f} %" in table
     assert "links measured at" not in model.check_table(files, early)
 
 
