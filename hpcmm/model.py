@@ -2023,8 +2023,8 @@ def relink(base: Machine, transport: str) -> Machine:
     """``base`` with the links of newer ``bench transport`` file(s) (``model links``): its GEMM
     curves kept, every link the files measure replaced.
 
-    A link can drift while a GEMM curve holds: the staged path of docs/scaling.md section 1
-    moved by 15 % within minutes of one call.
+    A link can drift while a GEMM curve holds: the host MPI's rate of one staged pair went from 7.68
+    to 9.38 GB/s within minutes of one call (docs/scaling.md section 1, the eleventh call).
     """
     fields = dataclasses.asdict(base)
     _with_links(fields, transport, base.device == "gpu")

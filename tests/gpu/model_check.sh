@@ -24,9 +24,10 @@
 # Links again: before every round `bench transport` runs again as calibrate ran it and `model links` makes
 # a description with its links (GEMM curves kept); model check predicts each run with the links measured
 # last before it, and prints the worst error with calibrate's links alone beside it (TABLE-start.txt).
-# The staged path drifted by 15 % within the 5 minutes of one call (docs/scaling.md, section 1).
+# The staged path drifted within the minutes of one call, either way (docs/scaling.md, section 1).
 # MODEL_CHECK_RELINK=0 leaves it out.
-# About 6 minutes of GPU time for system and 2.5d together with the repeats (3 without), 3 for cuda-aware.
+# About 8.5 minutes of GPU time for system and 2.5d together with the repeats and the links again (6 without
+# the links again, 3 without repeats), 3 for cuda-aware: give each its own call where a call has 10 minutes.
 # MODEL_CHECK_PACK=1 puts the HDF5 files and the bind records into $OUT/files.tgz at the end.
 # MODEL_CHECK_SHAPES (MxNxW,...; "" for none) are the C blocks `model measure --shapes` times exactly
 # beside the sweep (on a GPU by default the blocks of 2 ranks at 16384, tall as float64's grid faces and
@@ -117,6 +118,7 @@ run_queued() {  # the queued cases in rounds (every case once, then again): a dr
   # call then falls on every case alike, not on one case's repeats (they ran back to back before)
   local i line
   local -a args
+  [ ${#queued[@]} -gt 0 ] || return 0
   for i in $(seq 1 "${MODEL_CHECK_REPEATS:-3}"); do
     eval "args=(${queued[0]})"
     relink "${args[0]}" "$i"
