@@ -30,7 +30,11 @@ are the other contexts of that GPU.  Phases of ``--seconds`` each (the table ``P
     calls; in the phases above every rank waits for each operation and leaves the GPU idle between;
 ``queued copies``
     every rank queues 8 chunk copies each way and one GEMM, then waits: a context whose queued
-    work is copies, as a rank's is while its panels move (rank 0 times that one GEMM).
+    work is copies, as a rank's is while its panels move (rank 0 times that one GEMM);
+``product steps``
+    every rank queues 8 steps as the engine queues them, then waits: a chunk copy each way on the
+    other stream, the compute stream waiting on its event, then the GEMM (the open case of
+    docs/scaling.md section 1 has a GPU idle while its contexts' GEMMs wait so).
 
 Rank 0 prints, per phase, its GEMMs' median, 90th percentile and maximum, the GPU's TFLOP/s over
 every rank's GEMMs, and the other ranks' copies in GB/s; ``--json`` writes the same.  The cost model (``hpcmm.model``) runs
@@ -51,8 +55,9 @@ from mpi4py import MPI
 
 QUEUE = 8  # operations each rank keeps queued in the queued phases
 #: Each phase: what one round of rank 0's work and of every other rank's is, ``(GEMMs, chunk copies each
-#: way)``, or None (it waits).  A round queues its copies spread before its GEMMs (all of them before
-#: the one GEMM of ``queued copies``; a round of no GEMM is its copies alone), then waits for all.
+#: way)`` or ``(GEMMs, chunk copies each way, whether each GEMM's stream waits on the copies before it)``,
+#: or None (it waits).  A round queues its copies spread before its GEMMs (all of them before the one
+#: GEMM of ``queued copies``; a round of no GEMM is its copies alone), then waits for all.
 PHASES = {
     "gemm alone": ((1, 0), None),
     "copies alone": (None, (0, 1)),
@@ -63,6 +68,7 @@ PHASES = {
     "queued gemms": ((QUEUE, 0), (QUEUE, 0)),
     "queued both": ((QUEUE, QUEUE), (QUEUE, QUEUE)),
     "queued copies": ((1, QUEUE), (1, QUEUE)),
+    "product steps": ((QUEUE, QUEUE, True), (QUEUE, QUEUE, True)),
 }
 _STOP = 7  # tag of rank 0's message that ends a phase
 
@@ -90,16 +96,20 @@ def _cupy():
     return cupy
 
 
-def _round(cp, a, b, c, stream, queue_copies, gemms: int, copies: int, timed: bool = False) -> list[float]:
+def _round(cp, a, b, c, stream, queue_copies, gemms: int, copies: int, waits: bool = False,
+           timed: bool = False) -> list[float]:
     """One round: ``copies`` chunk copies each way (``queue_copies()``, on another stream), spread
-    before ``gemms`` GEMMs, queued, then waited for.  Returns each GEMM's time from CUDA events
-    (milliseconds) where ``timed``."""
+    before ``gemms`` GEMMs, queued, then waited for; with ``waits`` each GEMM's stream first waits on
+    the copies before it (an event of the other stream), as a step's GEMM waits on its panels.
+    Returns each GEMM's time from CUDA events (milliseconds) where ``timed``."""
     before = copies // gemms if gemms else copies
     marks, side = [], None
     with stream:
         for _ in range(max(gemms, 1)):
             for _ in range(before):
                 side = queue_copies()
+            if waits and side is not None:
+                stream.wait_event(side.record())
             if gemms and timed:
                 start, stop = cp.cuda.Event(), cp.cuda.Event()
                 start.record(stream)
@@ -185,7 +195,7 @@ def main() -> int:
             for r in range(1, size):
                 comm.send(None, dest=r, tag=_STOP)
             rounds = comm.reduce(0, op=MPI.SUM, root=0)  # the other ranks' rounds, all together
-            gemms, chunks = theirs or (0, 0)
+            gemms, chunks = (theirs or (0, 0))[:2]
             row = {"gemms": len(times), "others_gemms": rounds * gemms, "others_chunks": rounds * chunks,
                    "seconds": elapsed, "copies_gbps": 2 * rounds * chunks * chunk / elapsed / 1e9}
             if times:
