@@ -1532,8 +1532,8 @@ def _call_kind(case, call):
 
 @pytest.mark.parametrize("call, case", [(call, c) for call in _CALLS for c in _call_cases(_CALLS[call][0])], ids=str)
 def test_latest_calls_within_15_percent(call, case):
-    """Every case of the three latest calls: the median of its runs within 15 % (the open cases below 35 %), as
-    ``model check`` printed it."""
+    """Every case of the latest calls (the eighth to thirteenth): the median of its runs within 15 % (the open cases
+    below 35 %), against the description the call measured at its start."""
     rows, open_cases = _CALLS[call]
     runs = _call_cases(rows)[case]
     err = abs(_predicted_call(case, _call_kind(case, call)) / float(np.median(runs)) - 1)
