@@ -1903,27 +1903,29 @@ def _meminfo():
     return _meminfo_available()
 
 
-def _read_transport(spec: str) -> tuple[dict, dict]:
+def _read_transport(spec: str) -> tuple[dict, dict, str]:
     """Rows of ``bench transport`` files (``spec``: one or several, comma separated), by path.
 
-    Returns ``(links, staged)``: ``links`` maps a path to ``(GB/s, latency µs)`` of
+    Returns ``(links, staged, created)``: ``links`` maps a path to ``(GB/s, latency µs)`` of
     :func:`fit_link`, from the pair 0 → 1 where the file has it (a file of more
     ranks also times pairs that share a device); ``staged`` holds the raw
     ``(bytes, seconds)`` of ``staged`` (``single``, every pair of the file) and of
     ``staged-xK`` (``concurrent``, by K) for :func:`fit_staged`.  Every staged pair goes
     through the same host MPI, and one pair alone is noisy (pair 0 → 1 gave 6.19 and 7.29 GB/s
     in two calls on the same kind of machine, docs/scaling.md): the fit takes them all.
+    ``created`` is the latest of the files' ``created``: when the links were measured.
     """
     import re  # noqa: PLC0415
 
     import h5py  # noqa: PLC0415
 
-    rows = []
+    rows, created = [], []
     for path in spec.split(","):
         try:
             with h5py.File(path, "r") as f:
                 rows += [(_attr(r["path"]), int(r["dst"]), float(r["bytes"]), float(r["seconds"]))
                          for r in f["transport"][()]]
+                created.append(str(_attr(f.attrs.get("created", ""))))
         except (OSError, KeyError, ValueError) as exc:
             raise InputError(f"--transport={path}: not a `bench transport` file ({exc})") from None
     by_path: dict[str, list] = {}
@@ -1939,7 +1941,7 @@ def _read_transport(spec: str) -> tuple[dict, dict]:
         links[name] = fit_link(first)
         if name == "staged":
             staged["single"] = [(b, t) for _, b, t in found]
-    return links, staged
+    return links, staged, max(created)
 
 
 def _describe_measured(base, on_gpu, samples, mem_gbps, sharers, transport, ranks, exact=None) -> Machine:
@@ -1977,7 +1979,7 @@ def _with_links(fields: dict, transport: str, on_gpu: bool) -> None:
     """Put the links of ``bench transport`` file(s) into a description's ``fields``, in place: the
     pulls, the MPI, the copies to and from the host and the staged path, and when they were
     measured (``links_measured``)."""
-    links, staged = _read_transport(transport)
+    links, staged, created = _read_transport(transport)
     for path, key in (("ipc", "intra"), ("shm", "intra"), ("mpi", "net")):
         if path in links:
             gbps, lat = links[path]
@@ -2002,21 +2004,7 @@ def _with_links(fields: dict, transport: str, on_gpu: bool) -> None:
                                                 fields.get("staged_chunk_bytes", Machine.staged_chunk_bytes),
                                                 lat)
         fields.update(staged_gbps_by_mib=by_mib, staged_contention=contention)
-    fields["links_measured"] = _transport_created(transport)
-
-
-def _transport_created(spec: str) -> str:
-    """The latest ``created`` of ``bench transport`` file(s) (``spec``: comma separated)."""
-    import h5py  # noqa: PLC0415
-
-    times = []
-    for path in spec.split(","):
-        try:
-            with h5py.File(path, "r") as f:
-                times.append(_attr(f.attrs.get("created", "")))
-        except OSError as exc:
-            raise InputError(f"--transport={path}: not a `bench transport` file ({exc})") from None
-    return max(str(t) for t in times)
+    fields["links_measured"] = created
 
 
 def relink(base: Machine, transport: str) -> Machine:

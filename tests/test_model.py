@@ -336,7 +336,7 @@ def test_staged_fit_takes_every_pair_of_the_transport_file(tmp_path):
     rows = [{"src": 0, "dst": dst, "path": "staged", "bytes": b, "seconds": 1e-4 + b / (gbps * 1e9), "gbps": 0.0}
             for dst, gbps in ((1, 4.0), (2, 8.0), (3, 8.0)) for b in (1 << 22, 1 << 26, 1 << 27)]
     h5io.write_table_file(str(links), False, "bench-transport", "transport", rows, {"hpcmm": "test"})
-    _, staged = model._read_transport(str(links))
+    _, staged, _ = model._read_transport(str(links))
     assert len(staged["single"]) == 9
     gbps, _, _ = model.fit_staged(staged["single"], {}, 1e6, 1 << 40)
     assert 4.0 < gbps < 8.0
@@ -603,7 +603,7 @@ def test_model_links_replaces_the_links_and_keeps_the_gemm_curves(tmp_path, caps
     later = model.load_machine(str(save))
     assert later.gemm == base.gemm and later.name == base.name
     assert later.links_measured == "2026-11-30T16:47:00+00:00" and links in later.source
-    _, staged = model._read_transport(links)
+    _, staged, _ = model._read_transport(links)
     want, _ = model.fit_staged_by_size(staged["single"], {}, base.host_copy_gbps, base.staged_chunk_bytes,
                                        later.staged_latency_us)
     assert [mib for mib, _ in later.staged_gbps_by_mib] == [4.0, 16.0, 64.0]
@@ -1626,7 +1626,7 @@ def test_staged_rate_by_size_and_contention_from_the_transport_file(tmp_path):
     rows += [{"src": 0, "dst": 1, "path": f"staged-x{k}", "bytes": b,
               "seconds": 1e-4 + b * (1 + 0.2 * (k - 1)) / (rate[b] * 1e9), "gbps": 0.0} for k in (2, 3) for b in sizes]
     h5io.write_table_file(str(links), False, "bench-transport", "transport", rows, {"hpcmm": "test"})
-    _, staged = model._read_transport(str(links))
+    _, staged, _ = model._read_transport(str(links))
     by_mib, contention = model.fit_staged_by_size(staged["single"], staged["concurrent"], 1e6, 1 << 40, 100.0)
     assert [mib for mib, _ in by_mib] == [4.0, 16.0, 64.0]
     assert [g for _, g in by_mib] == pytest.approx([6.0, 8.0, 7.0], rel=1e-3)

@@ -248,7 +248,6 @@ def test_clock_at_one_rank():
     assert product_window(MPI.COMM_SELF, 3.0, 2.5) == (3.0, 5.5)
 
 
-
 @pytest.mark.parametrize("dtype, tf32, given, on_gpu, expected", [
     ("float32", True, None, True, 2),    # TF32 on a GPU: two panels ahead (hpcmm.algorithms.TF32_PREFETCH)
     ("float32", False, None, True, 1),
