@@ -1503,6 +1503,106 @@ MEASURED_THIRTEENTH_1130 = [
     ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0660483),
 ]
 
+#: The fourteenth call (each section in its own call: system with five runs of each staged case, 2.5d with four, then
+#: cuda-aware; the links measured again before every round), against the descriptions measured at each call's
+#: start (data/machines/h200x2-2026-11-30-system-k.json, -system-l.json, -cuda-aware-k.json).
+MEASURED_FOURTEENTH_1130 = [
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0310718),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0338003),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0343326),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0352533),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0261975),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0273353),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0307799),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.031923),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.050932),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.056635),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.0567614),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.0688556),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0495748),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0568926),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0575285),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0575522),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.0215071),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.0215266),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.0228398),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.0285652),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0232946),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0243651),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0249091),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0257574),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0388319),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0389402),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0393844),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0406122),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0325555),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0350791),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0353153),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0428157),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0357675),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0373052),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0374959),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0375424),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0570869),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0572502),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0579359),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0593691),
+    ("cuda-aware", 2, 16384, 16384, 16384, "float16", 1, 2, "summa", "2x1", 8192, 1, True, "common", 0.0064889),
+    ("cuda-aware", 2, 16384, 16384, 16384, "float64", 1, 2, "summa", "2x1", 8192, 1, True, "common", 0.0828837),
+    ("cuda-aware", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, True, "common", 0.0101608),
+    ("cuda-aware", 4, 8192, 8192, 8192, "float32", 1, 4, "summa", "2x2", 2048, 1, True, "common", 0.0135466),
+    ("cuda-aware", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, True, "common", 0.0123513),
+    ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, 8, "summa", "4x2", 750, 1, True, "common", 0.0110221),
+    ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, 8, "summa", "4x2", 2048, 1, True, "common", 0.0988962),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 1, 8, "summa", "4x2", 2048, 1, True, "common", 0.0176251),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 2, 8, "summa", "4x2", 2048, 1, True, "common", 0.0156727),
+    ("system", 2, 12007, 9001, 6003, "float32", None, 2, "summa", "2x1", 3001, 1, False, "auto", 0.0136509),
+    ("system", 2, 16384, 16384, 16384, "float16", None, 2, "summa", "2x1", 8192, 1, False, "auto", 0.00608591),
+    ("system", 2, 16384, 16384, 16384, "float64", None, 2, "summa", "1x2", 8192, 1, False, "auto", 0.0731559),
+    ("system", 2, 16384, 16384, 16384, "tf32", None, 2, "summa", "2x1", 8192, 2, False, "auto", 0.0116475),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.0965302),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.105216),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.109054),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.109507),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.115077),
+    ("system", 2, 8192, 8192, 8192, "float64", None, 2, "summa", "1x2", 4096, 1, False, "auto", 0.00990627),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0290634),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0291721),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0294743),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0327045),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0333193),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0553619),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0571974),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0591446),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0613938),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0624314),
+    ("system", 4, 8192, 8192, 8192, "float64", None, 4, "summa", "1x4", 2048, 1, False, "auto", 0.0112133),
+    ("system", 8, 16384, 16384, 16384, "float64", None, 8, "summa", "1x8", 2048, 1, False, "auto", 0.0852522),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0358858),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0360138),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0377222),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.038561),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0385661),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0174111),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0182635),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0187445),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0190294),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0191741),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0566163),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0621181),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0629541),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0640279),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0714272),
+]
+#: Its cases outside 15 % with those descriptions (docs/scaling.md section 1, "The fourteenth call"): three staged
+#: medians of the system section, whose host moved a staged panel slower than its `bench transport` said (-19.0,
+#: -21.6 and -19.6 %; with each round's links -15.2, -13.9 and -11.9 %), 2.5d:4 at 10007x6001x6007 on 8 ranks
+#: (-17.0 %; -14.4 % with each round's links) and the CUDA-aware uneven case at 8 ranks, rpn 2 (one run, -19.8 %;
+#: -7.8 to -17.5 % in earlier calls).  Below 35 % until fixed.
+OPEN_FOURTEENTH_1130 = {("system", 2, 8192, "float64", 1, "summa"), ("system", 8, 4096, "float64", 2, "summa"),
+                        ("system", 8, 8192, "float64", 4, "summa"), ("2.5d", 8, 10007, "float64", 4, "2.5d:4"),
+                        ("cuda-aware", 8, 10007, "float64", 2, "summa")}
+
 
 def _call_cases(rows):
     cases = {}
@@ -1520,19 +1620,22 @@ def _predicted_call(case, kind):
 
 _CALLS = {"eighth": (MEASURED_EIGHTH_1130, OPEN_EIGHTH_1130), "ninth": (MEASURED_NINTH_1130, set()),
           "tenth": (MEASURED_TENTH_1130, OPEN_TENTH_1130), "eleventh": (MEASURED_ELEVENTH_1130, OPEN_ELEVENTH_1130),
-          "twelfth": (MEASURED_TWELFTH_1130, set()), "thirteenth": (MEASURED_THIRTEENTH_1130, set())}
+          "twelfth": (MEASURED_TWELFTH_1130, set()), "thirteenth": (MEASURED_THIRTEENTH_1130, set()),
+          "fourteenth": (MEASURED_FOURTEENTH_1130, OPEN_FOURTEENTH_1130)}
 
 
 def _call_kind(case, call):
     if call == "ninth" and case[0] == "cuda-aware":
         return "cuda-aware-f"
+    if call == "fourteenth":  # one call, one description, per section
+        return {"system": "system-k", "2.5d": "system-l", "cuda-aware": "cuda-aware-k"}[case[0]]
     return {"eighth": "system-e", "ninth": "system-f", "tenth": "system-g", "eleventh": "system-h",
             "twelfth": "system-i", "thirteenth": "system-j"}[call]
 
 
 @pytest.mark.parametrize("call, case", [(call, c) for call in _CALLS for c in _call_cases(_CALLS[call][0])], ids=str)
 def test_latest_calls_within_15_percent(call, case):
-    """Every case of the latest calls (the eighth to thirteenth): the median of its runs within 15 % (the open cases
+    """Every case of the latest calls (the eighth to fourteenth): the median of its runs within 15 % (the open cases
     below 35 %), against the description the call measured at its start."""
     rows, open_cases = _CALLS[call]
     runs = _call_cases(rows)[case]
