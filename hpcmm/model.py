@@ -30,8 +30,9 @@ grid, the placement of ranks on nodes, the panel and prefetch, and a
   holds measured, ``GemmCurve.shapes``); a GPU shared by several ranks runs their GEMMs one after
   the other as they become ready (time-sliced, each at ``shared_device_efficiency`` of its rate; as
   clients of an MPS server, ``mps_device_efficiency``), so ranks whose GEMMs do not meet lose nothing,
-  and a copy of a time-sliced rank waits a turn (``shared_mpi_us``) for each other rank of its GPU
-  that has a GEMM pending meanwhile;
+  a copy of a time-sliced rank waits a turn (``shared_copy_us``) for each other rank of its GPU
+  that has a GEMM pending meanwhile, and each round of a CUDA-aware broadcast one
+  (``shared_mpi_us``) for each other rank of its GPU;
 * links are shared: pulls from one source device share its port, broadcasts
   through one NIC share it, staged transfers share the host's MPI: its rate by message size
   (a chunk's), slowed by each other staged transfer at once (``staged_contention``), and its
@@ -187,8 +188,11 @@ class Machine:
     shared_mpi_us : float
         Wait of one round of an ``mpi`` broadcast (``ceil(log2(members))`` rounds) per
         other rank that time-slices the device of a member: each round's device copy runs
-        only in its context's turn, and the device computes nothing meanwhile.  A ``staged``
-        transfer waits it once per chunk for each other rank of its device with a GEMM pending.
+        only in its context's turn, and the device computes nothing meanwhile.
+    shared_copy_us : float or None
+        Wait of a ``staged`` transfer's chunk copy, once per chunk for each other rank of its
+        device with a GEMM pending (the copy runs in its context's turn, as an ``mpi`` round's
+        does).  None: ``shared_mpi_us`` (descriptions from before the two were apart).
     cuda_aware : bool
         Whether the MPI takes device buffers (``mpi``) or hpcmm stages (``staged``).
     shared_device_efficiency : float
@@ -238,6 +242,7 @@ class Machine:
     # What the code itself costs, and what sharing a device costs.
     cuda_aware: bool = True
     shared_mpi_us: float = 0.0
+    shared_copy_us: float | None = None
     shared_device_efficiency: float = 0.85
     mps_device_efficiency: float = 1.0
     host_step_us: float = 25.0
@@ -249,8 +254,9 @@ class Machine:
         object.__setattr__(self, "gemm", curves)
         object.__setattr__(self, "staged_gbps_by_mib",
                            tuple((float(a), float(b)) for a, b in self.staged_gbps_by_mib))
-        if self.staged_contention < 0:
-            raise InputError(f"machine {self.name}: staged_contention={self.staged_contention} must not be negative")
+        for name in ("staged_contention", "shared_mpi_us", "shared_copy_us"):
+            if (getattr(self, name) or 0.0) < 0:
+                raise InputError(f"machine {self.name}: {name}={getattr(self, name)} must not be negative")
         bad = [pair for pair in self.staged_gbps_by_mib if not (pair[0] > 0 and pair[1] > 0)]
         if bad:
             raise InputError(f"machine {self.name}: staged_gbps_by_mib has {bad[0]}: MiB and GB/s must be positive")
@@ -264,6 +270,11 @@ class Machine:
                 raise InputError(f"machine {self.name}: {name}={getattr(self, name)} must be positive")
         if self.device not in ("gpu", "cpu"):
             raise InputError(f"machine {self.name}: device={self.device!r}: expected gpu or cpu")
+
+    @property
+    def copy_wait_us(self) -> float:
+        """A staged chunk copy's wait per other busy context of its device (``shared_copy_us``)."""
+        return self.shared_mpi_us if self.shared_copy_us is None else self.shared_copy_us
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -915,7 +926,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
                         busy = _busy_others(pl.device, gstart, gend, start, end)
                         others = _group_max(busy, ro.comm, ro.bcast) * turns
                         chunks = np.ceil(size / float(machine.staged_chunk_bytes))
-                        end = end + chunks * others * machine.shared_mpi_us * 1e-6
+                        end = end + chunks * others * machine.copy_wait_us * 1e-6
                 if on_gpu and not staged:
                     # Each round of the tree is a device copy the host waits for.  On a device
                     # time-sliced by S ranks it runs only in its context's turn, after the other

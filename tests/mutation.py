@@ -287,6 +287,12 @@ MUTATIONS = {
         "        gemm[t] = dataclasses.replace(curve, tflops=curve.tflops * sharers, unaligned=odd)",
         ["tests/test_model.py"],
     ),
+    "model: a staged copy waits the CUDA-aware round's figure": (
+        "hpcmm/model.py",
+        "                        end = end + chunks * others * machine.copy_wait_us * 1e-6",
+        "                        end = end + chunks * others * machine.shared_mpi_us * 1e-6",
+        ["tests/test_model.py"],
+    ),
     "model: measured GEMM shapes ignored": (
         "hpcmm/model.py",
         "        eff = np.where(np.isnan(measured), eff, measured)",

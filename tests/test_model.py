@@ -464,6 +464,42 @@ def test_cuda_aware_broadcast_on_time_sliced_devices():
                                                 ranks_per_node=1, cuda_aware=True).seconds)
 
 
+
+def test_a_staged_copy_waits_its_own_figure():
+    """A staged chunk copy waits ``shared_copy_us`` per busy context of its device, a CUDA-aware round
+    ``shared_mpi_us``: each figure moves only its own path.  A description without ``shared_copy_us``
+    (before the two were apart) takes ``shared_mpi_us`` for both."""
+    machine = builtin("h200x2")
+    prob = Problem(8192, 8192, 8192)
+
+    def staged(m):
+        return predict(prob, 8, m, ranks_per_node=4, cuda_aware=False).seconds
+
+    def aware(m):
+        return predict(prob, 8, m, ranks_per_node=1, cuda_aware=True).seconds
+
+    assert staged(machine.replace(shared_mpi_us=500.0)) == staged(machine)
+    assert staged(machine.replace(shared_copy_us=500.0)) > staged(machine)
+    assert aware(machine.replace(shared_copy_us=500.0)) == aware(machine)
+    old = machine.replace(shared_copy_us=None, shared_mpi_us=machine.shared_copy_us)
+    assert old.copy_wait_us == machine.shared_copy_us
+    assert staged(old) == staged(machine)
+    with pytest.raises(InputError, match="shared_copy_us=-1.0 must not be negative"):
+        machine.replace(shared_copy_us=-1.0)
+
+
+def test_every_h200x2_description_carries_the_built_in_waits():
+    """``shared_mpi_us`` and ``shared_copy_us`` are the model's fitted figures, which no call measures: every
+    description of the 2-GPU machine (``model measure`` copies them from the built-in) carries the same."""
+    from pathlib import Path
+
+    want = builtin("h200x2")
+    files = sorted((Path(__file__).resolve().parents[1] / "data" / "machines").glob("h200x2-*.json"))
+    assert len(files) >= 18
+    for path in files:
+        m = model.load_machine(str(path))
+        assert (m.shared_mpi_us, m.shared_copy_us) == (want.shared_mpi_us, want.shared_copy_us), path.name
+
 def test_staged_chunk_is_the_transports():
     """The model's chunk pipeline uses StagedBroadcast's own chunk."""
     import inspect
@@ -811,9 +847,9 @@ MEASURED_1130 = [
     ("cuda-aware-c", 8, 16384, 16384, 16384, "float64", 4, "summa", 2048, True, 0.099726),  # +0.8 %
 ]
 #: The rows still outside 15 % (docs/scaling.md says why): they must stay below 35 % until fixed.  Those
-#: of the staged path (all but 0, 15 and 22) are single runs, where the eighth and ninth calls took medians
-#: of three.
-OPEN_1130 = {0, 14, 15, 22, 45, 61, 63, 67, 70}
+#: of the staged path (all but 0 and 15) are single runs, where the eighth and ninth calls took medians
+#: of three.  22, the CUDA-aware uneven case at 8 ranks, rpn 2, closed with ``shared_mpi_us`` refitted (80 µs).
+OPEN_1130 = {0, 14, 15, 45, 61, 63, 67, 70}
 
 
 def _machine_1130(kind):
@@ -1597,11 +1633,10 @@ MEASURED_FOURTEENTH_1130 = [
 #: Its cases outside 15 % with those descriptions (docs/scaling.md section 1, "The fourteenth call"): three staged
 #: medians of the system section, whose host moved a staged panel slower than its `bench transport` said (-19.0,
 #: -21.6 and -19.6 %; with each round's links -15.2, -13.9 and -11.9 %), 2.5d:4 at 10007x6001x6007 on 8 ranks
-#: (-17.0 %; -14.4 % with each round's links) and the CUDA-aware uneven case at 8 ranks, rpn 2 (one run, -19.8 %;
-#: -7.8 to -17.5 % in earlier calls).  Below 35 % until fixed.
+#: (-17.0 %; -14.4 % with each round's links).  Below 35 % until fixed.  (The CUDA-aware uneven case at 8 ranks,
+#: rpn 2, -19.8 % with ``shared_mpi_us`` at 67 µs, is -14.1 % with it refitted on the calls before: 80 µs.)
 OPEN_FOURTEENTH_1130 = {("system", 2, 8192, "float64", 1, "summa"), ("system", 8, 4096, "float64", 2, "summa"),
-                        ("system", 8, 8192, "float64", 4, "summa"), ("2.5d", 8, 10007, "float64", 4, "2.5d:4"),
-                        ("cuda-aware", 8, 10007, "float64", 2, "summa")}
+                        ("system", 8, 8192, "float64", 4, "summa"), ("2.5d", 8, 10007, "float64", 4, "2.5d:4")}
 
 
 def _call_cases(rows):
