@@ -18,16 +18,17 @@
 # rate (staged path) moved by a third between calls with unbound ranks.  What the launcher applied
 # and what this script bound are in $OUT/bind/CASE/rank-R.txt and in the log.
 # MODEL_CHECK_BIND=none leaves the ranks as the launcher placed them.
-# Repeats: every staged case (and every 2.5d case) runs MODEL_CHECK_REPEATS times (default 3), in
-# rounds (each case once, then each again), and model check adds the prediction's error against their
-# median: two runs of one staged case in one call differed by 27-32 % (docs/scaling.md, section 1).
+# Repeats: every staged case (and every 2.5d case, and every CUDA-aware case of 4 ranks on a GPU) runs
+# MODEL_CHECK_REPEATS times (default 3), in rounds (each case once, then each again), and model check adds
+# the prediction's error against their median: two runs of one staged case in one call differed by 27-32 % (docs/scaling.md, section 1).
 # Links again: before every round `bench transport` runs again as calibrate ran it and `model links` makes
 # a description with its links (GEMM curves kept); model check predicts each run with the links measured
 # last before it, and prints the worst error with calibrate's links alone beside it (TABLE-start.txt).
 # The staged path drifted within the minutes of one call, either way (docs/scaling.md, section 1).
 # MODEL_CHECK_RELINK=0 leaves it out.
 # About 8.5 minutes of GPU time for system and 2.5d together with the repeats and the links again (6 without
-# the links again, 3 without repeats), 3 for cuda-aware: give each its own call where a call has 10 minutes.
+# the links again, 3 without repeats), about 5.5 for cuda-aware (3.5 with one run each): give each its
+# own call where a call has 10 minutes.
 # MODEL_CHECK_PACK=1 puts the HDF5 files and the bind records into $OUT/files.tgz at the end.
 # MODEL_CHECK_SHAPES (MxNxW,...; "" for none) are the C blocks `model measure --shapes` times exactly
 # beside the sweep (on a GPU by default the blocks of 2 ranks at 16384, tall as float64's grid faces and
@@ -261,11 +262,14 @@ if has cuda-aware && ls .device/wheels/libucx_cu13-*.whl >/dev/null 2>&1; then
   case_run cuda-aware n2-rpn1-16384-f16 2 --m 16384 --n 16384 --k 16384 --dtype float16 --ranks-per-node 1 $ca
   case_run cuda-aware n4-rpn2-8192 4 --m 8192 --n 8192 --k 8192 --ranks-per-node 2 $ca
   case_run cuda-aware n4-rpn1-f32 4 --m 8192 --n 8192 --k 8192 --dtype float32 --ranks-per-node 1 $ca
-  case_run cuda-aware n8-rpn1-8192 8 --m 8192 --n 8192 --k 8192 --ranks-per-node 1 $ca
-  case_run cuda-aware n8-rpn2-8192 8 --m 8192 --n 8192 --k 8192 --ranks-per-node 2 $ca
-  case_run cuda-aware n8-rpn4-16384 8 --m 16384 --n 16384 --k 16384 --ranks-per-node 4 $ca
-  case_run cuda-aware n8-rpn2-uneven 8 --m 10007 --n 6001 --k 3001 --ranks-per-node 2 $ca
-  python3 -m hpcmm model check "$OUT"/cuda-aware-*.h5 --machine "$OUT/machine-cuda-aware.json" | tee "$OUT/table-cuda-aware.txt"
+  # 4 ranks on a GPU: each broadcast round waits out the other contexts' turns (shared_mpi_us, the path's one
+  # fitted figure), and such a run repeats itself no better than a staged one: in rounds, judged by the median
+  case_reps cuda-aware n8-rpn1-8192 8 --m 8192 --n 8192 --k 8192 --ranks-per-node 1 $ca
+  case_reps cuda-aware n8-rpn2-8192 8 --m 8192 --n 8192 --k 8192 --ranks-per-node 2 $ca
+  case_reps cuda-aware n8-rpn4-16384 8 --m 16384 --n 16384 --k 16384 --ranks-per-node 4 $ca
+  case_reps cuda-aware n8-rpn2-uneven 8 --m 10007 --n 6001 --k 3001 --ranks-per-node 2 $ca
+  run_queued
+  check cuda-aware cuda-aware table-cuda-aware
   exit "$failed"
 ) || failed=$((failed + $?))
 fi
