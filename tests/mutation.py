@@ -293,6 +293,12 @@ MUTATIONS = {
         "                        end = end + chunks * others * machine.shared_mpi_us * 1e-6",
         ["tests/test_model.py"],
     ),
+    "model: the built-in keeps the CUDA-aware round's old wait": (
+        "hpcmm/machines/h200x2.json",
+        '  "shared_mpi_us": 80.0,',
+        '  "shared_mpi_us": 67.0,',
+        ["tests/test_model.py"],
+    ),
     "model: measured GEMM shapes ignored": (
         "hpcmm/model.py",
         "        eff = np.where(np.isnan(measured), eff, measured)",
