@@ -423,13 +423,17 @@ def _measured_machine(kind):
     return model.load_machine(str(path))
 
 
+def _predicted_1129(kind, ranks, m, n, k, dtype, rpn, panel) -> float:
+    """Seconds the model gives a row of ``MEASURED`` with the description its call measured."""
+    return predict(Problem(m, n, k, dtype), ranks, _measured_machine(kind), ranks_per_node=rpn, ranks_per_host=ranks,
+                   cuda_aware=kind == "cuda-aware", panel=panel, orientation="wide").seconds
+
+
 @pytest.mark.parametrize("kind,ranks,m,n,k,dtype,rpn,panel,seconds", MEASURED)
 def test_measured_cases_within_15_percent(kind, ranks, m, n, k, dtype, rpn, panel, seconds, plan_of_their_day):
     """The saved descriptions of 2026-11-29 predict each measured run within 15 %, except the
     staged runs listed open, which must stay off until the model learns what they show."""
-    p = predict(Problem(m, n, k, dtype), ranks, _measured_machine(kind), ranks_per_node=rpn,
-                ranks_per_host=ranks, cuda_aware=kind == "cuda-aware", panel=panel, orientation="wide")
-    err = abs(p.seconds / seconds - 1)
+    err = abs(_predicted_1129(kind, ranks, m, n, k, dtype, rpn, panel) / seconds - 1)
     if kind == "system" and (ranks, m, rpn) in STAGED_OPEN:
         assert 0.15 < err < 0.35  # the table's "recomputed" rows; a change here must update it
     else:
@@ -497,13 +501,10 @@ def _time_sliced_cuda_aware_errors(monkeypatch, wait_us: float) -> list[float]:
     errors = []
     with monkeypatch.context() as patch:
         patch.setattr(model, "load_machine", machine(model.load_machine))
-        patch.setattr(model, "_plans", lambda layout, panel, prefetch, own_first: [
-            _plan_of_their_day(layout, panel, ramp=prefetch > 0 and layout.grid.size > 1)] * layout.grid.size)
+        patch.setattr(model, "_plans", _plans_of_their_day)
         for kind, ranks, m, n, k, dtype, rpn, panel, seconds in MEASURED:
             if kind == "cuda-aware" and ranks > 2:
-                p = predict(Problem(m, n, k, dtype), ranks, _measured_machine(kind), ranks_per_node=rpn,
-                            ranks_per_host=ranks, cuda_aware=True, panel=panel, orientation="wide")
-                errors.append(p.seconds / seconds - 1)
+                errors.append(_predicted_1129(kind, ranks, m, n, k, dtype, rpn, panel) / seconds - 1)
         errors += [_predicted_1130(row) / row[-1] - 1 for row in MEASURED_1130
                    if row[0].startswith("cuda-aware") and row[1] > 2]
     with monkeypatch.context() as patch:
@@ -779,8 +780,12 @@ def _plan_of_their_day(layout, panel, ramp=False):
 def plan_of_their_day(monkeypatch):
     """The model walks the plan the pinned runs took (:func:`_plan_of_their_day`), in the common order
     (every rank in the same order: those runs had no ``own-first``)."""
-    monkeypatch.setattr(model, "_plans", lambda layout, panel, prefetch, own_first: [
-        _plan_of_their_day(layout, panel, ramp=prefetch > 0 and layout.grid.size > 1)] * layout.grid.size)
+    monkeypatch.setattr(model, "_plans", _plans_of_their_day)
+
+
+def _plans_of_their_day(layout, panel, prefetch, own_first):
+    """``model._plans`` as the pinned runs had it: every rank :func:`_plan_of_their_day`, in the common order."""
+    return [_plan_of_their_day(layout, panel, ramp=prefetch > 0 and layout.grid.size > 1)] * layout.grid.size
 
 
 def test_the_plan_of_their_day_differs_only_where_a_block_had_a_rest():
