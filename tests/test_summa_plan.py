@@ -138,7 +138,8 @@ def test_plan_rejects_non_positive_panel(panel):
 @pytest.mark.parametrize("on_gpu", [False, True])
 @pytest.mark.parametrize("grid", GRIDS)
 def test_auto_panel_is_sane(on_gpu, grid):
-    """Between 1 and k, no wider than the target unless a block is smaller, whole blocks in equal pieces."""
+    """Between 1 and k, no wider than the target; the deepest k range between block edges whole where it fits
+    the target, else in equal pieces."""
     for itemsize in (2, 4, 8, 16):
         for k in (1, 2, 3, 17, 255, 256, 257, 1000, 4097, 20000, 32768, 65536):
             layout = Layout(64, 64, k, Grid(*grid))
@@ -147,18 +148,36 @@ def test_auto_panel_is_sane(on_gpu, grid):
             if grid == (1, 1):
                 assert panel == k, f"{case}: one rank moves nothing, one GEMM of full depth"
                 continue
-            smallest = min(k // grid[1], k // grid[0]) or k
+            # the k ranges between the edges of A's blocks (k split over columns) and B's (over rows)
+            edges = sorted({k * i // grid[1] for i in range(grid[1] + 1)} | {k * i // grid[0] for i in range(grid[0] + 1)})
+            deepest = max(hi - lo for lo, hi in zip(edges, edges[1:]))
             target = (512 if itemsize <= 2 else 256) if not on_gpu else 8192
             assert 1 <= panel <= k, case
             assert panel <= target, case
-            if smallest <= target:
-                assert panel == smallest, case
+            if deepest <= target:
+                assert panel == deepest, case
             else:
-                # The smallest block splits into pieces of (nearly) equal width: no sliver step.
-                pieces = math.ceil(smallest / panel)
-                assert panel * pieces >= smallest > panel * (pieces - 1), case
-                assert panel * pieces - smallest < pieces, f"{case}: pieces differ by more than one column"
+                # The deepest range splits into pieces of (nearly) equal width: no sliver step.
+                pieces = math.ceil(deepest / panel)
+                assert panel * pieces >= deepest > panel * (pieces - 1), case
+                assert panel * pieces - deepest < pieces, f"{case}: pieces differ by more than one column"
             check_plan(layout, panel, summa_plan(layout, panel))
+
+
+@pytest.mark.parametrize("on_gpu", [False, True])
+@pytest.mark.parametrize("grid", [g for g in GRIDS + [(4, 2), (2, 4), (8, 1)] if g != (1, 1) and max(g) % min(g) == 0])
+def test_auto_panel_leaves_no_sliver_step(on_gpu, grid):
+    """Where one block edge does not cut another's range (a grid whose rows divide its columns, or the other way
+    round), every step of the default plan is at least half a panel wide: blocks one column deeper than the
+    others take no step of one column after a whole panel (10007 x 6001 x 6007 on 4 x 2 once ran steps of 1501
+    and 1, each 1-column step a broadcast round of both operands)."""
+    for shared in (False, True):
+        for k in (3, 17, 257, 1001, 3001, 6007, 20001, 65537):
+            layout = Layout(64, 64, k, Grid(*grid))
+            panel = auto_panel(layout, 8, on_gpu, shared=shared)
+            steps = summa_plan(layout, panel)
+            narrowest = min(s.width for s in steps)
+            assert narrowest * 2 >= panel, f"k={k} grid={grid} shared={shared}: panel {panel}, a step of {narrowest}"
 
 
 # The panel sweeps of docs/benchmarks.md (2 x H200, 2 ranks, grid 2x1), TFLOP/s by --panel; the rule
@@ -210,8 +229,8 @@ def test_auto_panel_takes_the_target_for_weighted_blocks():
     steps = summa_plan(layout, 2048)
     assert steps[0].k0 == 0 and steps[-1].k1 == 16384 and max(s.width for s in steps) == 2048
     assert all(a.k1 == b.k0 for a, b in zip(steps, steps[1:]))
-    # equal weights keep whole blocks (2730 or 2731 deep: the smallest, in one step)
-    assert auto_panel(Layout(16384, 16384, 16384, Grid(6, 1), (1.0,) * 6), 8, on_gpu=True) == 2730
+    # equal weights keep whole blocks (2730 or 2731 deep: the deepest, so that each is one step)
+    assert auto_panel(Layout(16384, 16384, 16384, Grid(6, 1), (1.0,) * 6), 8, on_gpu=True) == 2731
 
 
 def test_auto_panel_widest_caps_the_target():

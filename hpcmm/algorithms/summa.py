@@ -278,22 +278,46 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None =
     # The k blocks of A (by column) and B (by row): without weights near k // cols and k // rows.
     a_depths = [layout.extent(layout.a_k(c)) for c in range(grid.cols)]
     b_depths = [layout.extent(layout.b_k(r)) for r in range(grid.rows)]
-    smallest_block = max(1, min(a_depths + b_depths) or layout.k)
     weighted = max(a_depths) - min(a_depths) > 1 or max(b_depths) - min(b_depths) > 1
     target = _panel_target(itemsize, on_gpu, narrow=weighted or shared)
     if widest is not None:
         target = max(1, min(target, widest))
-    if smallest_block <= target:
-        return max(1, smallest_block)
+    # A step never crosses the edge of an A or a B block (summa_plan), so the k ranges between those
+    # edges are what the panel cuts.  The deepest of them sets the width: cut to the shallowest, as
+    # this rule once was, the blocks one column deeper (k = 6007 on 4 x 2: 1502, 1502, 1502, 1501)
+    # each ran a step of one column after a whole panel, a broadcast round of both operands for
+    # almost no GEMM (10007 x 6001 x 6007, 8 ranks, rpn 4, staged: 2-4 ms of a 42 ms product each).
+    deepest = max(1, max(_spans(layout), default=layout.k))
+    if deepest <= target:
+        return deepest
     if weighted:
         # Weighted blocks differ in depth, so no one width splits them all evenly; an even split of
         # the smallest is an odd width that every GEMM then runs at.  Measured (float64 16384, 5 ranks
         # on 2 GPUs, blocks 2730 and 4096 deep): 2048 ran at 88.53 TFLOP/s against 85.98 at 1365
         # under MPS, 80.78 against 77.68 time-sliced.
         return target
-    # Split the block into equal pieces no wider than the target.
-    pieces = -(-smallest_block // target)
-    return -(-smallest_block // pieces)
+    # Split the deepest range into equal pieces no wider than the target; ranges one column shallower
+    # then end in a piece one column narrower, not in a sliver.
+    pieces = -(-deepest // target)
+    return -(-deepest // pieces)
+
+
+def _spans(layout: Layout) -> list[int]:
+    """The depths of the k ranges between consecutive edges of A's and B's k blocks (the empty ones left out).
+
+    Examples
+    --------
+    >>> from hpcmm.layout import Grid
+    >>> _spans(Layout(64, 64, 6007, Grid(4, 2)))   # A's blocks 3004 and 3003 deep, B's 1502 (three) and 1501
+    [1502, 1502, 1502, 1501]
+    >>> _spans(Layout(64, 64, 6000, Grid(3, 2)))   # A's edge at 3000 cuts B's middle block
+    [2000, 1000, 1000, 2000]
+    """
+    grid = layout.grid
+    edges = {edge for c in range(grid.cols) for edge in layout.a_k(c)}
+    edges |= {edge for r in range(grid.rows) for edge in layout.b_k(r)}
+    edges = sorted(edges)
+    return [hi - lo for lo, hi in zip(edges, edges[1:]) if hi > lo]
 
 
 #: The panel width a GPU aims at, in every type.  Measured on 2 × H200 at 2 ranks (TFLOP/s by --panel
