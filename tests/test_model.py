@@ -1685,6 +1685,102 @@ OPEN_FOURTEENTH_1130 = {("system", 2, 8192, "float64", 1, "summa"), ("system", 8
                         ("system", 8, 8192, "float64", 4, "summa"), ("2.5d", 8, 10007, "float64", 4, "2.5d:4")}
 
 
+#: The fifteenth call (each section in its own call: system with five runs of each staged case, then check.sh system,
+#: then cuda-aware with its four cases of 4 ranks per GPU in rounds, then 2.5d with three runs; the links measured
+#: again before every round), against the descriptions measured at each section's start
+#: (data/machines/h200x2-2026-11-30-system-m.json, -cuda-aware-m.json, -system-n.json).
+MEASURED_FIFTEENTH_1130 = [
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0325068),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0332013),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "2.5d:2", None, 1501, 1, False, "common", 0.0337563),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0286837),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.029853),
+    ("2.5d", 4, 10007, 6001, 6007, "float64", 2, 4, "summa", "2x2", 1502, 1, False, "common", 0.0409602),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.055496),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.0565674),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "2.5d:2", None, 2048, 1, False, "common", 0.0594567),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0515477),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0555311),
+    ("2.5d", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0558512),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.023628),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.0239549),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:2", None, 1501, 1, False, "common", 0.0248395),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0227183),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.023127),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "2.5d:4", None, 750, 1, False, "common", 0.0243475),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0359259),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0424299),
+    ("2.5d", 8, 10007, 6001, 6007, "float64", 4, 8, "summa", "4x2", 1501, 1, False, "common", 0.0424711),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0312534),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.034401),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:2", None, 2048, 1, False, "common", 0.0370063),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0353196),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0370118),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "2.5d:4", None, 1024, 1, False, "common", 0.0381759),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0558233),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.058678),
+    ("2.5d", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0610763),
+    ("cuda-aware", 2, 16384, 16384, 16384, "float16", 1, 2, "summa", "2x1", 8192, 1, True, "common", 0.00652639),
+    ("cuda-aware", 2, 16384, 16384, 16384, "float64", 1, 2, "summa", "2x1", 8192, 1, True, "common", 0.086951),
+    ("cuda-aware", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, True, "common", 0.0104684),
+    ("cuda-aware", 4, 8192, 8192, 8192, "float32", 1, 4, "summa", "2x2", 2048, 1, True, "common", 0.0130254),
+    ("cuda-aware", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, True, "common", 0.0127174),
+    ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, 8, "summa", "4x2", 750, 1, True, "common", 0.00988364),
+    ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, 8, "summa", "4x2", 750, 1, True, "common", 0.0103972),
+    ("cuda-aware", 8, 10007, 6001, 3001, "float64", 2, 8, "summa", "4x2", 750, 1, True, "common", 0.0113244),
+    ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, 8, "summa", "4x2", 2048, 1, True, "common", 0.10177),
+    ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, 8, "summa", "4x2", 2048, 1, True, "common", 0.103348),
+    ("cuda-aware", 8, 16384, 16384, 16384, "float64", 4, 8, "summa", "4x2", 2048, 1, True, "common", 0.103522),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 1, 8, "summa", "4x2", 2048, 1, True, "common", 0.016915),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 1, 8, "summa", "4x2", 2048, 1, True, "common", 0.0175409),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 1, 8, "summa", "4x2", 2048, 1, True, "common", 0.0183879),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 2, 8, "summa", "4x2", 2048, 1, True, "common", 0.0161932),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 2, 8, "summa", "4x2", 2048, 1, True, "common", 0.0162822),
+    ("cuda-aware", 8, 8192, 8192, 8192, "float64", 2, 8, "summa", "4x2", 2048, 1, True, "common", 0.0166532),
+    ("system", 2, 12007, 9001, 6003, "float32", None, 2, "summa", "2x1", 3001, 1, False, "auto", 0.0136038),
+    ("system", 2, 16384, 16384, 16384, "float16", None, 2, "summa", "2x1", 8192, 1, False, "auto", 0.00630089),
+    ("system", 2, 16384, 16384, 16384, "float64", None, 2, "summa", "1x2", 8192, 1, False, "auto", 0.0754553),
+    ("system", 2, 16384, 16384, 16384, "tf32", None, 2, "summa", "2x1", 8192, 2, False, "auto", 0.0120948),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.0664864),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.0682225),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.0691616),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.0771627),
+    ("system", 2, 8192, 8192, 8192, "float64", 1, 2, "summa", "2x1", 4096, 1, False, "common", 0.0844699),
+    ("system", 2, 8192, 8192, 8192, "float64", None, 2, "summa", "1x2", 4096, 1, False, "auto", 0.0101923),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0245937),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0246724),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0253913),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0255114),
+    ("system", 4, 4096, 4096, 4096, "float64", 1, 4, "summa", "2x2", 2048, 1, False, "common", 0.0271616),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0422889),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0441564),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0482238),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0486629),
+    ("system", 4, 8192, 8192, 8192, "float64", 2, 4, "summa", "2x2", 2048, 1, False, "common", 0.0574729),
+    ("system", 4, 8192, 8192, 8192, "float64", None, 4, "summa", "1x4", 2048, 1, False, "auto", 0.0112608),
+    ("system", 8, 16384, 16384, 16384, "float64", None, 8, "summa", "1x8", 2048, 1, False, "auto", 0.0874049),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0263795),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0281596),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0284746),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0288002),
+    ("system", 8, 4096, 4096, 4096, "float64", 2, 8, "summa", "4x2", 1024, 1, False, "common", 0.0341365),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0149348),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0155295),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0156651),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0158659),
+    ("system", 8, 6001, 4099, 3001, "float32", 1, 8, "summa", "4x2", 750, 1, False, "common", 0.0174468),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0492234),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0501399),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0502859),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0508844),
+    ("system", 8, 8192, 8192, 8192, "float64", 4, 8, "summa", "4x2", 2048, 1, False, "common", 0.0533182),
+]
+#: Its cases outside 15 % with those descriptions (docs/scaling.md section 1, "The fifteenth call"): the staged
+#: 8192^3 at 2 ranks, rpn 1, +23.9 % (+15.5 % with each round's links; the fourteenth call's host had it at -19.0 %),
+#: and summa at 10007x6001x6007 on 8 ranks, rpn 4, -17.7 % (-18.6 %), the case the tenth and eleventh calls left
+#: open.  Below 35 % until fixed.
+OPEN_FIFTEENTH_1130 = {("system", 2, 8192, "float64", 1, "summa"), ("2.5d", 8, 10007, "float64", 4, "summa")}
+
 def _call_cases(rows):
     cases = {}
     for row in rows:
@@ -1702,7 +1798,8 @@ def _predicted_call(case, kind):
 _CALLS = {"eighth": (MEASURED_EIGHTH_1130, OPEN_EIGHTH_1130), "ninth": (MEASURED_NINTH_1130, set()),
           "tenth": (MEASURED_TENTH_1130, OPEN_TENTH_1130), "eleventh": (MEASURED_ELEVENTH_1130, OPEN_ELEVENTH_1130),
           "twelfth": (MEASURED_TWELFTH_1130, set()), "thirteenth": (MEASURED_THIRTEENTH_1130, set()),
-          "fourteenth": (MEASURED_FOURTEENTH_1130, OPEN_FOURTEENTH_1130)}
+          "fourteenth": (MEASURED_FOURTEENTH_1130, OPEN_FOURTEENTH_1130),
+          "fifteenth": (MEASURED_FIFTEENTH_1130, OPEN_FIFTEENTH_1130)}
 
 
 def _call_kind(case, call):
@@ -1710,13 +1807,15 @@ def _call_kind(case, call):
         return "cuda-aware-f"
     if call == "fourteenth":  # one call, one description, per section
         return {"system": "system-k", "2.5d": "system-l", "cuda-aware": "cuda-aware-k"}[case[0]]
+    if call == "fifteenth":
+        return {"system": "system-m", "2.5d": "system-n", "cuda-aware": "cuda-aware-m"}[case[0]]
     return {"eighth": "system-e", "ninth": "system-f", "tenth": "system-g", "eleventh": "system-h",
             "twelfth": "system-i", "thirteenth": "system-j"}[call]
 
 
 @pytest.mark.parametrize("call, case", [(call, c) for call in _CALLS for c in _call_cases(_CALLS[call][0])], ids=str)
 def test_latest_calls_within_15_percent(call, case):
-    """Every case of the latest calls (the eighth to fourteenth): the median of its runs within 15 % (the open cases
+    """Every case of the latest calls (the eighth to fifteenth): the median of its runs within 15 % (the open cases
     below 35 %), against the description the call measured at its start."""
     rows, open_cases = _CALLS[call]
     runs = _call_cases(rows)[case]
