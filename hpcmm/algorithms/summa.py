@@ -286,7 +286,9 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None =
     # edges are what the panel cuts.  The deepest of them sets the width: cut to the shallowest, as
     # this rule once was, the blocks one column deeper (k = 6007 on 4 x 2: 1502, 1502, 1502, 1501)
     # each ran a step of one column after a whole panel, a broadcast round of both operands for
-    # almost no GEMM (10007 x 6001 x 6007, 8 ranks, rpn 4, staged: 2-4 ms of a 42 ms product each).
+    # almost no GEMM (the cost model prices the two of 10007 x 6001 x 6007 on 8 ranks, rpn 4, over the
+    # staged path, at 3.5 ms of 34.9; their B broadcasts were measured at 0.2-0.45 ms by the median and
+    # up to 4.4 ms, where a rank waited its time-sliced GPU's turn).
     deepest = max(1, max(_spans(layout), default=layout.k))
     if deepest <= target:
         return deepest
