@@ -299,6 +299,12 @@ MUTATIONS = {
         '  "shared_mpi_us": 67.0,',
         ["tests/test_model.py"],
     ),
+    "the default panel cuts to the shallowest range again (one-column steps)": (
+        "hpcmm/algorithms/summa.py",
+        "    deepest = max(1, max(_spans(layout), default=layout.k))\n",
+        "    deepest = max(1, min(_spans(layout), default=layout.k))\n",
+        ["tests/test_summa_plan.py"],
+    ),
     "model: measured GEMM shapes ignored": (
         "hpcmm/model.py",
         "        eff = np.where(np.isnan(measured), eff, measured)",
