@@ -264,8 +264,8 @@ def test_panel_candidates_take_the_narrowest_layer():
     assert panel_candidates([deep, shallow], 8, True)[0] == auto_panel(shallow, 8, True) == 3000
 
 
-def test_auto_panel_weighted_takes_the_smallest_block():
-    """With weights the smallest block decides: one shallow block keeps the narrow panel for all."""
+def test_auto_panel_weighted_takes_the_narrow_target():
+    """With weights, blocks deeper than the narrow target take it, whatever the deepest block."""
     layout = Layout(64, 64, 40000, Grid(2, 1), weights=(1.0, 0.25))   # B's k blocks 32000 and 8000
     assert min(layout.extent(layout.b_k(r)) for r in range(2)) < 16384
     assert auto_panel(layout, 8, on_gpu=True) <= 2048

@@ -242,7 +242,10 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None =
     steps cost fewer launches and synchronisations.  The rule, fitted to the
     panel sweeps of docs/benchmarks.md (2 × H200, 2 ranks): aim at
     :data:`GPU_PANEL` columns in every type, so that blocks up to 8192 deep go
-    in one step and deeper ones in equal pieces.  The ramp's narrow first
+    in one step and deeper ones in equal pieces.  A step never crosses the
+    edge of an A or a B block, so what is cut is the deepest k range between
+    those edges (:func:`_spans`): a block one column deeper than the others
+    then takes no step of one column.  The ramp's narrow first
     panels keep the first, exposed transfer small whatever the width.  On a
     CPU the BLAS saturates earlier (256 columns, 512 in 16-bit types).
 
@@ -251,7 +254,7 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None =
     one device, and the narrower steps measured faster (8 ranks on 2 × H200
     under MPS, float64 16384: 99.25–99.44 TFLOP/s at 2048 against
     96.51–97.69 at 4096; time-sliced the same within 0.5 %).  Blocks of
-    different depth (a weighted layout) take that target itself: no width
+    different depth (a weighted layout) deeper than it take that target itself: no width
     splits them all evenly, and an even split of the smallest is an odd width
     that every step's GEMM runs at (5 ranks, float64 16384: 2048 ran 3–4 %
     faster than 1365).
