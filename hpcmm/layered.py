@@ -14,7 +14,8 @@ checks and the file see one engine over all ranks:
 2. the layer's :class:`~hpcmm.engine.Engine`, unchanged, on ``(m, n, k_l)``;
    its C is the fiber's readable partial block
    (:class:`~hpcmm.transport.reduce.FiberReduction`), and every layer uses
-   the same panel width (the narrowest the layers' own choice would give);
+   the same panel width (the widest the layers' own choice would give, no
+   wider than the shallowest layer's k);
 3. per product: the layer's SUMMA loop, then the fiber's reduce-scatter,
    inside the product's window; its seconds are kept per product
    (:attr:`LayeredTimes.reduce`).

@@ -299,6 +299,12 @@ MUTATIONS = {
         '  "shared_mpi_us": 67.0,',
         ["tests/test_model.py"],
     ),
+    "the 2.5D layers take the narrowest layer's panel again (one-column steps)": (
+        "hpcmm/algorithms/summa.py",
+        "        widest = max(auto_panel(layout, itemsize, on_gpu, widest=cap, shared=shared) for layout in layouts)\n",
+        "        widest = min(auto_panel(layout, itemsize, on_gpu, widest=cap, shared=shared) for layout in layouts)\n",
+        ["tests/test_summa_plan.py"],
+    ),
     "the default panel cuts to the shallowest range again (one-column steps)": (
         "hpcmm/algorithms/summa.py",
         "    deepest = max(1, max(_spans(layout), default=layout.k))\n",

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpcmm.algorithms import Step, auto_panel, own_start, panel_candidates, summa_plan
+from hpcmm.algorithms.summa import _spans
 from hpcmm.layout import Grid, Layout, block_range
 
 GRIDS = [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (1, 3), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1)]
@@ -103,7 +104,7 @@ def test_ramp_fills_the_first_block_on_two_ranks(k, panel, widths):
 
 @given(depth=st.integers(1, 70000), panel=st.integers(1, 9000))
 def test_ramp_widths_cover_the_block(depth, panel):
-    from hpcmm.algorithms.summa import _ramp_widths
+    from hpcmm.algorithms.summa import _spans, _ramp_widths
 
     widths = _ramp_widths(depth, panel)
     assert sum(widths) == depth and all(1 <= w <= panel for w in widths)
@@ -167,17 +168,15 @@ def test_auto_panel_is_sane(on_gpu, grid):
 @pytest.mark.parametrize("on_gpu", [False, True])
 @pytest.mark.parametrize("grid", [g for g in GRIDS + [(4, 2), (2, 4), (8, 1)] if g != (1, 1) and max(g) % min(g) == 0])
 def test_auto_panel_leaves_no_sliver_step(on_gpu, grid):
-    """Where one block edge does not cut another's range (a grid whose rows divide its columns, or the other way
-    round), every step of the default plan is at least half a panel wide: blocks one column deeper than the
-    others take no step of one column after a whole panel (10007 x 6001 x 6007 on 4 x 2 once ran steps of 1501
-    and 1, each 1-column step a broadcast round of both operands)."""
+    """On a grid whose rows divide its columns (or the other way round) every step of the default plan is at
+    least half a panel wide, except in a k range the layout's block edges make narrower: blocks one column
+    deeper than the others take no step of one column after a whole panel (10007 x 6001 x 6007 on 4 x 2 once
+    ran steps of 1501 and 1, each 1-column step a broadcast round of both operands).  (Where they do not
+    divide, ranges differ in depth by layout: 2 x 3 cuts k into ranges of a third and a sixth.)"""
     for shared in (False, True):
-        for k in (3, 17, 257, 1001, 3001, 6007, 20001, 65537):
+        for k in (3, 17, 257, 1001, 3001, 3002, 6006, 6007, 20001, 65537):
             layout = Layout(64, 64, k, Grid(*grid))
-            panel = auto_panel(layout, 8, on_gpu, shared=shared)
-            steps = summa_plan(layout, panel)
-            narrowest = min(s.width for s in steps)
-            assert narrowest * 2 >= panel, f"k={k} grid={grid} shared={shared}: panel {panel}, a step of {narrowest}"
+            _assert_narrow_only_in_narrow_ranges(layout, auto_panel(layout, 8, on_gpu, shared=shared))
 
 
 # The panel sweeps of docs/benchmarks.md (2 x H200, 2 ranks, grid 2x1), TFLOP/s by --panel; the rule
@@ -258,10 +257,40 @@ def test_panel_candidates_narrow_from_the_default(on_gpu, grid):
                 check_plan(layout, width, summa_plan(layout, width))
 
 
-def test_panel_candidates_take_the_narrowest_layer():
-    """2.5D layers of different depth share one width: the narrowest auto_panel gives any of them."""
+def test_panel_candidates_take_the_widest_layer_up_to_the_shallowest_k():
+    """2.5D layers share one width: the widest auto_panel gives any of them, no wider than the shallowest k."""
     deep, shallow = Layout(64, 64, 16384, Grid(2, 1)), Layout(64, 64, 6000, Grid(2, 1))
-    assert panel_candidates([deep, shallow], 8, True)[0] == auto_panel(shallow, 8, True) == 3000
+    assert auto_panel(shallow, 8, True) == 3000 and auto_panel(deep, 8, True) == 8192
+    assert panel_candidates([deep, shallow], 8, True)[0] == 6000
+    for width in panel_candidates([deep, shallow], 8, True):
+        for layout in (deep, shallow):
+            check_plan(layout, width, summa_plan(layout, width))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("k", [6003, 6005, 6006, 6007, 3001, 20003])
+@pytest.mark.parametrize("layers, grid", [(2, (2, 2)), (2, (4, 1)), (4, (2, 1)), (4, (1, 2)), (2, (2, 4))])
+def test_panel_candidates_leave_no_layer_a_sliver_step(layers, grid, k, shared):
+    """The layers of 2.5D (k cut over them in near-equal pieces) take one width, and no layer's plan has a step
+    narrower than half of it: a layer one column deeper than another (k 3003 beside 3002 on 2 x 2) takes
+    1502-wide steps, not 1501 and then 1."""
+    ks = [k * (i + 1) // layers - k * i // layers for i in range(layers)]
+    layouts = [Layout(64, 64, depth, Grid(*grid)) for depth in ks]
+    width = panel_candidates(layouts, 8, True, shared=shared)[0]
+    for layout in layouts:
+        _assert_narrow_only_in_narrow_ranges(layout, width)
+
+
+def _assert_narrow_only_in_narrow_ranges(layout, panel):
+    """Every step of ``summa_plan(layout, panel)`` at least half as wide as the panel, or as its k range between
+    block edges where that range is narrower (a range the layout itself makes narrow)."""
+    edges = [0]
+    for span in _spans(layout):
+        edges.append(edges[-1] + span)
+    for step in summa_plan(layout, panel):
+        lo = max(e for e in edges if e <= step.k0)
+        hi = min(e for e in edges if e > step.k0)
+        assert step.width * 2 >= min(panel, hi - lo), f"k={layout.k} grid={layout.grid}: panel {panel}, {step}"
 
 
 def test_auto_panel_weighted_takes_the_narrow_target():

@@ -350,7 +350,11 @@ def panel_candidates(layouts: Sequence[Layout], itemsize: int, on_gpu: bool, sha
     """:func:`auto_panel`'s width first, then narrower ones, for a panel ring that does not fit in memory.
 
     One width serves every layout (the 2.5D layers' plans line up): the
-    narrowest :func:`auto_panel` gives them.  Each further candidate halves
+    widest :func:`auto_panel` gives them, but never wider than the shallowest
+    layout's k (a layer's engine refuses a panel wider than its k).  The
+    narrowest would cut a layer whose ranges are one column deeper than
+    another's into whole panels and one-column steps (layers of k 3002 and
+    3003 on 2 × 2: ranges 1501 and 1502).  Each further candidate halves
     the cap of the one before (down to :data:`NARROWEST_FALLBACK`); the engine
     keeps the first that fits, so a problem that fits with narrow panels still
     runs, and the default is the fastest width where memory allows.
@@ -363,8 +367,11 @@ def panel_candidates(layouts: Sequence[Layout], itemsize: int, on_gpu: bool, sha
     >>> panel_candidates([Layout(4096, 4096, 4096, Grid(2, 1))], 8, on_gpu=False)
     [256]
     """
+    shallowest = min(layout.k for layout in layouts)
+
     def width(cap: int | None) -> int:
-        return min(auto_panel(layout, itemsize, on_gpu, widest=cap, shared=shared) for layout in layouts)
+        widest = max(auto_panel(layout, itemsize, on_gpu, widest=cap, shared=shared) for layout in layouts)
+        return max(1, min(widest, shallowest))
 
     widths = [width(None)]
     cap = widths[0]
