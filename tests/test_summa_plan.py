@@ -104,7 +104,7 @@ def test_ramp_fills_the_first_block_on_two_ranks(k, panel, widths):
 
 @given(depth=st.integers(1, 70000), panel=st.integers(1, 9000))
 def test_ramp_widths_cover_the_block(depth, panel):
-    from hpcmm.algorithms.summa import _spans, _ramp_widths
+    from hpcmm.algorithms.summa import _ramp_widths
 
     widths = _ramp_widths(depth, panel)
     assert sum(widths) == depth and all(1 <= w <= panel for w in widths)
@@ -271,10 +271,10 @@ def test_panel_candidates_take_the_widest_layer_up_to_the_shallowest_k():
 @pytest.mark.parametrize("k", [6003, 6005, 6006, 6007, 3001, 20003])
 @pytest.mark.parametrize("layers, grid", [(2, (2, 2)), (2, (4, 1)), (4, (2, 1)), (4, (1, 2)), (2, (2, 4))])
 def test_panel_candidates_leave_no_layer_a_sliver_step(layers, grid, k, shared):
-    """The layers of 2.5D (k cut over them in near-equal pieces) take one width, and no layer's plan has a step
-    narrower than half of it: a layer one column deeper than another (k 3003 beside 3002 on 2 x 2) takes
-    1502-wide steps, not 1501 and then 1."""
-    ks = [k * (i + 1) // layers - k * i // layers for i in range(layers)]
+    """The layers of 2.5D (k cut over them as the run cuts it) take one width, and no layer's plan has a step
+    narrower than half of it where the layout does not make the range narrower: a layer one column deeper
+    than another (k 3003 beside 3002 on 2 x 2) takes 1502-wide steps, not 1501 and then 1."""
+    ks = [hi - lo for lo, hi in (block_range(k, layers, layer) for layer in range(layers))]
     layouts = [Layout(64, 64, depth, Grid(*grid)) for depth in ks]
     width = panel_candidates(layouts, 8, True, shared=shared)[0]
     for layout in layouts:
