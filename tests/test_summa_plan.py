@@ -14,7 +14,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpcmm.algorithms import Step, auto_panel, own_start, panel_candidates, summa_plan
-from hpcmm.algorithms.summa import _spans
 from hpcmm.layout import Grid, Layout, block_range
 
 GRIDS = [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (1, 3), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1)]
@@ -39,13 +38,18 @@ def check_plan(layout: Layout, panel: int, steps: list[Step]) -> None:
         assert s.a_offset == s.k0 - a_lo and s.b_offset == s.k0 - b_lo, s
 
 
-def expected_steps(layout: Layout, panel: int) -> int:
-    """Greedy count: each piece between two block boundaries of A or B splits into ceil(len/panel)."""
+def block_edges(layout: Layout) -> list[int]:
+    """0, k and every start of A's k blocks (over the columns) and of B's (over the rows), sorted."""
     k = layout.k
     cuts = {0, k}
     cuts |= {block_range(k, layout.grid.cols, c)[0] for c in range(layout.grid.cols)}
     cuts |= {block_range(k, layout.grid.rows, r)[0] for r in range(layout.grid.rows)}
-    cuts = sorted(c for c in cuts if c <= k)
+    return sorted(c for c in cuts if c <= k)
+
+
+def expected_steps(layout: Layout, panel: int) -> int:
+    """Greedy count: each piece between two block boundaries of A or B splits into ceil(len/panel)."""
+    cuts = block_edges(layout)
     return sum(math.ceil((b - a) / panel) for a, b in zip(cuts, cuts[1:]) if b > a)
 
 
@@ -150,7 +154,7 @@ def test_auto_panel_is_sane(on_gpu, grid):
                 assert panel == k, f"{case}: one rank moves nothing, one GEMM of full depth"
                 continue
             # the k ranges between the edges of A's blocks (k split over columns) and B's (over rows)
-            edges = sorted({k * i // grid[1] for i in range(grid[1] + 1)} | {k * i // grid[0] for i in range(grid[0] + 1)})
+            edges = block_edges(layout)
             deepest = max(hi - lo for lo, hi in zip(edges, edges[1:]))
             target = (512 if itemsize <= 2 else 256) if not on_gpu else 8192
             assert 1 <= panel <= k, case
@@ -284,9 +288,7 @@ def test_panel_candidates_leave_no_layer_a_sliver_step(layers, grid, k, shared):
 def _assert_narrow_only_in_narrow_ranges(layout, panel):
     """Every step of ``summa_plan(layout, panel)`` at least half as wide as the panel, or as its k range between
     block edges where that range is narrower (a range the layout itself makes narrow)."""
-    edges = [0]
-    for span in _spans(layout):
-        edges.append(edges[-1] + span)
+    edges = block_edges(layout)
     for step in summa_plan(layout, panel):
         lo = max(e for e in edges if e <= step.k0)
         hi = min(e for e in edges if e > step.k0)
