@@ -1802,13 +1802,16 @@ _CALLS = {"eighth": (MEASURED_EIGHTH_1130, OPEN_EIGHTH_1130), "ninth": (MEASURED
           "fifteenth": (MEASURED_FIFTEENTH_1130, OPEN_FIFTEENTH_1130)}
 
 
+#: The calls that ran each section in a call of its own, with a description of its own: by section.
+_SECTION_KINDS = {"fourteenth": {"system": "system-k", "2.5d": "system-l", "cuda-aware": "cuda-aware-k"},
+                  "fifteenth": {"system": "system-m", "2.5d": "system-n", "cuda-aware": "cuda-aware-m"}}
+
+
 def _call_kind(case, call):
     if call == "ninth" and case[0] == "cuda-aware":
         return "cuda-aware-f"
-    if call == "fourteenth":  # one call, one description, per section
-        return {"system": "system-k", "2.5d": "system-l", "cuda-aware": "cuda-aware-k"}[case[0]]
-    if call == "fifteenth":
-        return {"system": "system-m", "2.5d": "system-n", "cuda-aware": "cuda-aware-m"}[case[0]]
+    if call in _SECTION_KINDS:
+        return _SECTION_KINDS[call][case[0]]
     return {"eighth": "system-e", "ninth": "system-f", "tenth": "system-g", "eleventh": "system-h",
             "twelfth": "system-i", "thirteenth": "system-j"}[call]
 
