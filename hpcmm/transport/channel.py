@@ -25,9 +25,12 @@ root's block needs no synchronization.  A leader's ring slot is rewritten
 every ``ring`` steps while its peers read it: the leader records an exported
 (interprocess) event when the slot is ready, peers wait on it on their
 communication stream and record an exported event when their copy is done,
-and the leader waits on those before it writes the slot again.  A barrier of
-the node's members per step (only in channels that span nodes) tells each side
-that the other's event has been recorded.
+and the leader waits on those before it writes the slot again, whether it
+relays a panel into it or pulls one from a root on its own node (the copy of
+a GPU runs on a stream: without the wait it can overwrite a relayed panel a
+peer is still copying out).  A barrier of the node's members per step (only
+in channels that span nodes) tells each side that the other's event has been
+recorded.
 """
 
 from __future__ import annotations
@@ -118,6 +121,9 @@ class PanelChannel:
         # Only channels that span nodes relay panels through slots node peers read.
         self.sync_node = self.multi_node and len(self.node_members) > 1
         self.roles = [self._role(root) for root in range(comm.Get_size())]
+        # The node peers that copy panels out of this rank's slots: a leader's, in a channel that relays.
+        self.slot_readers = ([self.node_members.index(r) for r in self.node_members if r != self.me]
+                             if self.sync_node and self.my_leader == self.me else [])
         peer_cls, bcast_cls = select_paths(backend, cuda_aware)
         self.intra = comm.Split(myv, self.me)
         self.peers: PeerMemory = peer_cls(self.intra, backend)
@@ -208,6 +214,10 @@ class PanelChannel:
         be, stream = self.backend, self.backend.comm_stream
         dst = self.slots[slot][:nbytes]
         be.wait(stream, slot_free)
+        # A leader's slot may still hold a panel it relayed, which its node peers copy on their own
+        # streams: the pull waits for their copies to end (their events of this slot).
+        for peer in self.slot_readers:
+            self.peers.wait_peer_event(stream, peer, slot)
         self.peers.pull(dst, self.intra_rank(root), offset, nbytes, stream)
         ready = be.event(stream)
         if self.sync_node:
@@ -220,11 +230,9 @@ class PanelChannel:
         dst = self.slots[slot][:nbytes]
         # MPI writes from the host: the slot must be free now, not "later on a stream".
         be.event_synchronize(slot_free)
-        if self.sync_node:
-            # ... and my node peers must have finished copying what it held before.
-            for peer in range(self.intra.Get_size()):
-                if peer != self.intra.Get_rank():
-                    self.peers.sync_peer_event(peer, slot)
+        # ... and my node peers must have finished copying what it held before.
+        for peer in self.slot_readers:
+            self.peers.sync_peer_event(peer, slot)
         # The transfer starts here: the host's wait for the slot above is no part of it.
         started = be.event(stream)
         ready = self.bcast.receive(self.leaders[root], dst)

@@ -14,7 +14,9 @@ of 1 or 2 ranks (so that the roles "pull from the root", "relay as the
 leader" and "pull from the leader" all occur); prefetch 0 and 2 (rings of 1 and 3 slots, at least 2 across nodes); and
 between nodes both broadcasts, ``mpi`` (``DirectBroadcast``) and ``staged``
 (``StagedBroadcast``), with chunks of a few bytes so that a panel takes
-several messages and both staging buffers.
+several messages and both staging buffers.  On each node leader, the order
+of its calls is checked too: a slot its node peers copy out of is written
+again only after waiting for their copies (:func:`unguarded_writes`).
 
 Blocks are uneven (7·rank + 13 bytes) and every third rank's is empty.  A
 verdict found on one rank is shared with all (:func:`everywhere`) before any
@@ -82,6 +84,79 @@ def expected_route(members, vnodes, me: int, root: int) -> tuple[str, int]:
     return ("relay", root) if leader == me else ("leader", leader)
 
 
+def address(buffer) -> int:
+    """Where ``buffer`` starts in memory (a numpy or a CuPy array)."""
+    return buffer.data.ptr if hasattr(buffer.data, "ptr") else buffer.__array_interface__["data"][0]
+
+
+def logging_peers(peer_cls):
+    """``peer_cls`` that logs, per channel, each pull (a write into ``dst``) and each wait for a peer's event."""
+
+    class Logged(peer_cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.log: list[tuple] = []
+
+        def pull(self, dst, peer, offset, nbytes, stream=None):
+            self.log.append(("write", address(dst)))
+            super().pull(dst, peer, offset, nbytes, stream)
+
+        def wait_peer_event(self, stream, peer, index):
+            self.log.append(("wait", peer, index))
+            super().wait_peer_event(stream, peer, index)
+
+        def sync_peer_event(self, peer, index):
+            self.log.append(("wait", peer, index))
+            super().sync_peer_event(peer, index)
+
+    return Logged
+
+
+def log_relays(channel: PanelChannel) -> None:
+    """Log the relays' receives into ``channel``'s slots beside its pulls (:func:`logging_peers`)."""
+    if channel.bcast is None:
+        return
+    receive = channel.bcast.receive
+
+    def logged(comm, dst):
+        channel.peers.log.append(("write", address(dst)))
+        return receive(comm, dst)
+
+    channel.bcast.receive = logged
+
+
+def unguarded_writes(channel: PanelChannel) -> list[str]:
+    """The writes into a leader's slot that its node peers read, made without waiting for their copies of it.
+
+    A node peer copies a relayed panel out of its leader's slot on its own
+    stream; before the leader writes that slot again (a relay, or a pull
+    from a root on its node), it must wait for every node peer's event of
+    the slot.  On the CPU a copy is over when it returns, so no byte shows
+    the race there; the order of the calls does.
+    """
+    intra = channel.intra
+    if not (channel.sync_node and channel.my_leader == channel.me):
+        return []
+    readers = {p for p in range(intra.Get_size()) if p != intra.Get_rank()}
+    slot_of = {address(slot): i for i, slot in enumerate(channel.slots)}
+    waited: dict[int, set] = {}
+    written: set[int] = set()
+    failures = []
+    for n, entry in enumerate(channel.peers.log):
+        if entry[0] == "wait":
+            waited.setdefault(entry[2], set()).add(entry[1])
+            continue
+        slot = slot_of.get(entry[1])
+        if slot is None:
+            continue
+        if slot in written and waited.get(slot, set()) != readers:
+            failures.append(f"call {n}: slot {slot} written again after waiting for peers "
+                            f"{sorted(waited.get(slot, set()))} of {sorted(readers)}")
+        written.add(slot)
+        waited[slot] = set()
+    return failures
+
+
 def round_trip(channel: PanelChannel, backend, vnodes_by_world: list[int], peer_path: str, cross_path: str):
     """Fetch every piece of every root's block through ``channel``; returns what differed."""
     comm = channel.comm
@@ -127,6 +202,7 @@ def test_every_root_through_every_channel(monkeypatch, grid, ranks_per_node, bet
         if backend.on_gpu and between_nodes == "mpi" and not aware:
             pytest.skip("MPI is not CUDA-aware: device buffers go staged")
         peer_cls, _ = select_paths(backend, cuda_aware=False)
+        peer_cls = logging_peers(peer_cls)
         broadcast = functools.partial({"mpi": DirectBroadcast, "staged": StagedBroadcast}[between_nodes],
                                       chunk=CHUNK[between_nodes])
         monkeypatch.setattr(channel_module, "select_paths", lambda *_: (peer_cls, broadcast))
@@ -138,6 +214,7 @@ def test_every_root_through_every_channel(monkeypatch, grid, ranks_per_node, bet
             channel = PanelChannel(comm, members, [vnodes[w] for w in members], backend, mine.size, largest,
                                    prefetch, cuda_aware=aware)
             channels.append(channel)
+            log_relays(channel)
             if mine.size:
                 channel.block[...] = backend.from_host(mine)
         backend.synchronize()
@@ -146,6 +223,7 @@ def test_every_root_through_every_channel(monkeypatch, grid, ranks_per_node, bet
         failures = []
         for channel in channels:
             failures += round_trip(channel, backend, vnodes, peer_cls.path, between_nodes)
+            failures += unguarded_writes(channel)
         for channel in channels:
             if not np.array_equal(backend.to_host(channel.block), mine):
                 failures.append("a root's block changed")
