@@ -160,6 +160,12 @@ MUTATIONS = {
         "        return block_range(k, self.count, 0)\n",
         ["tests/test_twofive.py"],
     ),
+    "a leader pulls into a relay slot without waiting for its node peers' copies": (
+        "hpcmm/transport/channel.py",
+        "        for peer in self.slot_readers:\n            self.peers.wait_peer_event(stream, peer, slot)\n",
+        "",
+        ["tests/test_mpi_suite.py::test_mpi_suite[4]"],
+    ),
     "2.5d reduction pulls every peer's first piece": (
         "hpcmm/transport/reduce.py",
         "            offset = self.rows[0] * self.row_bytes\n",
