@@ -122,7 +122,7 @@ class PanelChannel:
         self.sync_node = self.multi_node and len(self.node_members) > 1
         self.roles = [self._role(root) for root in range(comm.Get_size())]
         # The node peers that copy panels out of this rank's slots: a leader's, in a channel that relays.
-        self.slot_readers = ([self.node_members.index(r) for r in self.node_members if r != self.me]
+        self.slot_readers = ([self.intra_rank(r) for r in self.node_members if r != self.me]
                              if self.sync_node and self.my_leader == self.me else [])
         peer_cls, bcast_cls = select_paths(backend, cuda_aware)
         self.intra = comm.Split(myv, self.me)
