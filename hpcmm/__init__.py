@@ -4,15 +4,22 @@ Launch::
 
     mpiexec -n 8 python -m hpcmm --m 32768 --n 32768 --k 32768
 
-Library use::
+Library use: multiply the blocks a program holds, planned once, executed many times::
 
     from mpi4py import MPI
     import hpcmm
-    result = hpcmm.run(hpcmm.RunConfig(m=4096, n=4096, k=4096), comm=MPI.COMM_WORLD)
+    with hpcmm.Matmul(MPI.COMM_WORLD, m, n, k, "float64", alpha=1.0, beta=0.0) as mm:
+        plan = mm.plan()                               # plan.layout: who holds which block
+        for a, b in batches:
+            c = mm.execute(a, b)                       # this rank's block of C
 
-``import hpcmm`` loads only light modules: :func:`run` (numpy, mpi4py's MPI,
-h5py) is imported on first use, so that ``python -m hpcmm`` can guard the
-process (:mod:`hpcmm.startup`) before anything that can fail on one rank.
+The command line's run (generated or read inputs, timed, verified, written):
+``hpcmm.run(hpcmm.RunConfig(m=4096), comm=MPI.COMM_WORLD)``.
+
+``import hpcmm`` loads only light modules: :class:`Matmul`, :func:`run` and
+the helpers that need mpi4py's MPI are imported on first use, so that
+``python -m hpcmm`` can guard the process (:mod:`hpcmm.startup`) before
+anything that can fail on one rank.
 """
 
 import sys
@@ -21,25 +28,33 @@ import types
 __version__ = "0.1.0"
 
 from .config import RunConfig  # noqa: E402
+from .distribution import Layout  # noqa: E402
 from .errors import HpcmmError, InputError, VerificationError  # noqa: E402
+from .options import MatmulOptions  # noqa: E402
+from .plan import Plan  # noqa: E402
 
-__all__ = ["HpcmmError", "InputError", "RunConfig", "RunResult", "VerificationError", "run", "__version__"]
+__all__ = ["ExecuteTimes", "HpcmmError", "InputError", "Layout", "Matmul", "MatmulOptions", "Plan", "RunConfig",
+           "RunResult", "VerificationError", "gather", "matmul", "run", "write_hdf5", "__version__"]
+
+#: Names imported on first use, and the module each comes from.
+_LAZY = {"run": "run", "RunResult": "run", "Matmul": "matmul", "matmul": "matmul", "ExecuteTimes": "matmul",
+         "gather": "gathering", "write_hdf5": "gathering"}
 
 
 class _Package(types.ModuleType):
-    """The package module: ``run`` and ``RunResult`` come from :mod:`hpcmm.run` on first use."""
+    """The package module: the names of :data:`_LAZY` come from their modules on first use."""
 
     def __getattr__(self, name: str):
-        if name in ("run", "RunResult"):
-            from .run import RunResult, run  # noqa: PLC0415
+        if name in _LAZY:
+            import importlib  # noqa: PLC0415
 
-            return {"run": run, "RunResult": RunResult}[name]
+            return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
         raise AttributeError(f"module 'hpcmm' has no attribute {name!r}")
 
     def __setattr__(self, name: str, value) -> None:
-        # Importing the submodule hpcmm.run binds it here; hpcmm.run stays the function.
-        if name == "run" and isinstance(value, types.ModuleType) and hasattr(value, "run"):
-            value = value.run
+        # Importing a submodule binds it here; hpcmm.run and hpcmm.matmul stay the functions.
+        if name in ("run", "matmul") and isinstance(value, types.ModuleType) and hasattr(value, name):
+            value = getattr(value, name)
         super().__setattr__(name, value)
 
 

@@ -21,10 +21,9 @@ import numpy as np
 from mpi4py import MPI
 
 from . import h5io
-from .algo_choice import Choice, Placed, choose
-from .algorithms.layers import Layers
-from .arrangement import Arrangement, arrange, arrangement_for
-from .balance import product_rate, weights_for
+from .algo_choice import Choice
+from .arrangement import Arrangement
+from .assemble import assembled
 from .backend import host_memory
 from .clock import SharedClock, product_window
 from .config import RunConfig
@@ -32,15 +31,14 @@ from .engine import PHASES, Engine, IterationTimes
 from .errors import InputError, VerificationError, agree, collective
 from .gemm_library import libraries_used
 from .inputs import MatrixSource, check_pair, generate_block, open_source
-from .layered import LayeredEngine, node_ranks
+from .layered import LayeredEngine
 from .layout import Layout, predicted_imbalance
 from .metadata import topology_row, versions
-from .placement import arranged, placement
-from .summary import gathered_figures, product_flops, summary_figures
+from .plan import agree_on, settings_fields
+from .summary import gathered_figures, summary_figures
 from .threads import attributes as blas_attributes
-from .threads import limit_blas_threads
-from .transport import PATHS, CudaAwareness, decide
-from .verify import Check, Product, check_full_size, freivalds, full_check
+from .transport import PATHS, CudaAwareness
+from .verify import Check, Product, freivalds, full_check
 
 __all__ = ["RunResult", "run"]
 
@@ -68,37 +66,31 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
     """
     comm = comm if comm is not None else MPI.COMM_WORLD
     say = progress if (progress is not None and comm.Get_rank() == 0) else (lambda msg: None)
+    agree_on(comm, settings_fields(config), "setting")
     sources = _check_before_work(comm, config, write)
-    with placement(comm, config) as (launch, backend), _blas_threads(launch):
-        config, shape = _problem(config, backend, sources)
-        awareness = decide(config.cuda_aware_mpi, option_source=config.origin("cuda_aware_mpi"))
-        nodes = node_ranks(launch)
-        # On CPUs MPI moves the blocks' own (host) buffers: the model's "mpi" path, never "staged".
-        choice = _choose(launch, config, shape, nodes, awareness.aware or not backend.on_gpu)
-        arrangement = arrange(launch.comm, launch.host, backend, config, shape, launch.vnode_count)
-        if arrangement.hint:  # ranks share a GPU without MPS
-            say(arrangement.hint)
-        if backend.on_gpu and not awareness.known and launch.vnode_count > 1:
-            say(awareness.hint)
-        if choice.layers is not None:  # 2.5D layers take near-equal blocks in launch order
-            arrangement = dataclasses.replace(arrangement, order=tuple(range(launch.size)), weighted=False)
-        elif config.balance == "product" and launch.size > 1:
-            arrangement = _balance_by_product(launch, backend, config, shape, arrangement, awareness.aware, choice,
-                                              nodes, sources, say)
-        with _engine(launch, backend, config, shape, arrangement, awareness.aware, choice, nodes) as engine:
-            topo = engine.topo
-            _check_bookkeeping(topo, engine, config)
-            layout = engine.layout
-            # The line starts "grid RxC |" as it always has (job scripts and their tests wait for it).
-            say(f"grid {layout.grid}{_layers_note(choice)} | {choice.ran} | {layout.m}x{layout.k} @ "
-                f"{layout.k}x{layout.n} {config.dtype} | {backend.name} | panel {engine.panel}, "
-                f"{engine.steps} step(s) {engine.step_order}, prefetch {engine.prefetch} | balance {config.balance}")
-            verify = _load_inputs(engine, config, sources, say)
-            timings = _timed_products(engine, config, say)
-            check = _verify(engine, config, verify)
-            result = _gather_and_write(engine, config, Setup(awareness, arrangement, choice), timings, check, write)
-            _raise_if_wrong(check, result, config, write)
-            return result
+
+    def shape_from(backend, config):
+        return _problem(config, backend, sources)
+
+    def load(engine):
+        _load_inputs(engine, config, sources, lambda message: None)
+
+    with assembled(comm, config, shape_from, load, say) as parts:
+        config, engine, choice, backend = parts.config, parts.engine, parts.choice, parts.backend
+        topo = engine.topo
+        _check_bookkeeping(topo, engine, config)
+        layout = engine.layout
+        # The line starts "grid RxC |" as it always has (job scripts and their tests wait for it).
+        say(f"grid {layout.grid}{_layers_note(choice)} | {choice.ran} | {layout.m}x{layout.k} @ "
+            f"{layout.k}x{layout.n} {config.dtype} | {backend.name} | panel {engine.panel}, "
+            f"{engine.steps} step(s) {engine.step_order}, prefetch {engine.prefetch} | balance {config.balance}")
+        verify = _load_inputs(engine, config, sources, say)
+        timings = _timed_products(engine, config, say)
+        check = _verify(engine, config, verify)
+        result = _gather_and_write(engine, config, Setup(parts.awareness, parts.arrangement, choice), timings,
+                                   check, write)
+        _raise_if_wrong(check, result, config, write)
+        return result
 
 
 # -- before the work ----------------------------------------------------------------
@@ -124,15 +116,6 @@ def _check_before_work(comm, config: RunConfig, write: bool) -> tuple[MatrixSour
     return comm.bcast(sources, root=0)
 
 
-@contextlib.contextmanager
-def _blas_threads(topo):
-    """Each rank's share of its node's cores for the BLAS (hpcmm/threads.py), given back at the end."""
-    setting = limit_blas_threads(topo)
-    try:
-        yield setting
-    finally:
-        setting.restore()
-
 
 def _problem(config: RunConfig, backend, sources) -> tuple[RunConfig, tuple[int, int, int]]:
     """The sizes: from the files, or the device's default."""
@@ -142,91 +125,8 @@ def _problem(config: RunConfig, backend, sources) -> tuple[RunConfig, tuple[int,
     return config, (config.m, config.n, config.k)
 
 
-def _choose(launch, config: RunConfig, shape, nodes, aware: bool) -> Choice:
-    """Collective: the algorithm (``--algo``), the same verdict on every rank, before any work."""
-    placed = Placed(launch.size, tuple(len(n) for n in nodes), max(launch.comm.allgather(launch.local_size)),
-                    bool(aware))
-    with collective(launch.comm):  # the same inputs everywhere, so the same verdict
-        return choose(config.algo, placed, shape, config.dtype, tf32=config.tf32, machine=config.machine,
-                      panel=config.panel, prefetch=config.prefetch, origin=config.origin("algo"))
-
-
 def _layers_note(choice: Choice) -> str:
     return "" if choice.layers is None else f" per layer, {choice.layers} layer(s)"
-
-
-@contextlib.contextmanager
-def _engine(launch, backend, config: RunConfig, shape, arrangement: Arrangement, aware: bool, choice: Choice,
-            nodes):
-    """Collective: the engine of ``choice``: SUMMA over the arranged grid, or the 2.5D layers."""
-    if choice.layers is None:
-        with arranged(launch, config, arrangement.order, arrangement.grid) as topo, \
-                Engine(topo, backend, _layout(topo, config, shape, arrangement), config, aware) as engine:
-            yield engine
-        return
-    if config.verify == "full":
-        with collective(launch.comm):
-            check_full_size(*shape, config.dtype)
-    with LayeredEngine(launch, backend, config, shape, Layers.build(nodes, choice.layers), aware) as engine:
-        yield engine
-
-
-#: ``--balance product`` measures untimed products until this many seconds have passed (at least
-#: one, at most :data:`PRODUCT_BALANCE_MOST`): one product of milliseconds on GPUs that several
-#: contexts take in turns gave weights from 0.19 to 1 to ranks of equal shares (8 ranks on
-#: 2 × H200, 10007×6001×3001, docs/benchmarks.md), as one GEMM timing did before ``measured``
-#: counted over 0.25 s of wall clock.
-PRODUCT_BALANCE_SECONDS = 0.25
-#: The most untimed products ``--balance product`` measures.
-PRODUCT_BALANCE_MOST = 32
-
-
-def _balance_by_product(launch, backend, config: RunConfig, shape, arrangement: Arrangement, aware: bool,
-                        choice: Choice, nodes, sources, say) -> Arrangement:
-    """Collective: ``--balance product``: the arrangement whose blocks follow each rank's rate in a product.
-
-    With the ``share`` blocks (``arrangement``), one warm-up product, then
-    products until :data:`PRODUCT_BALANCE_SECONDS` have passed, all untimed
-    for the results; a rank's rate is its flops over its GEMM time in them
-    (:func:`~hpcmm.balance.product_rate`), and the blocks of the timed products
-    follow those rates.  Where some rank did no work (an empty block) nothing
-    can be weighed, and the ``share`` blocks stay.
-    """
-    with _engine(launch, backend, config, shape, arrangement, aware, choice, nodes) as engine:
-        _load_inputs(engine, config, sources, lambda message: None)
-        comm = engine.topo.comm
-        comm.Barrier()
-        engine.multiply()  # loads kernels and maps the peers' buffers
-        gemm_seconds, products, start = 0.0, 0, MPI.Wtime()
-        while True:
-            comm.Barrier()
-            gemm_seconds += float(engine.multiply().steps[:, 0].sum())
-            products += 1
-            # One verdict for every rank (the slowest rank's clock), so all run the same products.
-            if products >= PRODUCT_BALANCE_MOST or \
-                    comm.allreduce(MPI.Wtime() - start, op=MPI.MAX) >= PRODUCT_BALANCE_SECONDS:
-                break
-        flops = products * product_flops(engine.m_loc, engine.n_loc, engine.layout.k, config.dtype)
-        rate = product_rate(flops, gemm_seconds)
-    backend.release_cached()  # the blocks of the new layout differ in size from the cached ones
-    rates = tuple(launch.comm.allgather(rate))
-    if not all(np.isfinite(rates)):
-        say("balance product: some rank did no work in the untimed product; the blocks stay the share blocks")
-        return arrangement
-    balance = dataclasses.replace(arrangement.balance, weights=weights_for("product", arrangement.balance.devices,
-                                                                          rates), rates=rates)
-    face = "wide" if arrangement.face == "given" else arrangement.face  # config.grid decides where given
-    with collective(launch.comm):  # the same inputs everywhere, so the same verdict
-        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu, face)
-
-
-def _layout(topo, config: RunConfig, shape: tuple[int, int, int], arrangement: Arrangement) -> Layout:
-    """Collective: the blocks of the arranged grid; what the sizes rule out."""
-    layout = arrangement.layout(*shape)
-    if config.verify == "full":
-        with collective(topo.comm):
-            check_full_size(*shape, config.dtype)
-    return layout
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,350 @@
+"""``hpcmm.Matmul``: C ← α·op(A)·op(B) + β·C on the caller's own distributed arrays, planned once, executed many times.
+
+Collective: every rank of ``comm`` makes the same calls in the same order.
+Launch (four ranks; each holds its blocks of A, B and C)::
+
+    mpiexec -n 4 python examples/matmul.py
+
+    with hpcmm.Matmul(comm, m, n, k, "float64", alpha=2.0) as mm:
+        plan = mm.plan()                          # communicators, buffers, IPC, GEMM tuning
+        rows, cols = plan.layout.ranges("A", comm.rank)
+        for _ in range(10):
+            c = mm.execute(a_block, b_block)      # only the product
+
+The plan's layout (:attr:`Plan.layout`) is where hpcmm computes without moving
+data; a caller may hold its blocks in any other 2-D block layout
+(``layout=``), and they are then moved in and out with MPI
+(:mod:`hpcmm.redistribute`).  Operands are copied into hpcmm's blocks unless
+they are those blocks (:meth:`Matmul.empty`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import numbers
+from time import perf_counter
+
+import numpy as np
+from mpi4py import MPI
+
+from .assemble import assembled, plan_of
+from .config import DTYPES
+from .distribution import OPERANDS, Layout
+from .errors import InputError, agree, collective
+from .operands import check, view
+from .options import as_options
+from .plan import Plan, agree_on, settings_fields
+from .redistribute import redistribute
+
+__all__ = ["ExecuteTimes", "Matmul", "OPS", "matmul"]
+
+#: ``N``: as stored; ``T``: transposed; ``C``: conjugate transposed (the transpose for real types, as in BLAS).
+OPS = ("N", "T", "C")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecuteTimes:
+    """One :meth:`Matmul.execute` on this rank (seconds, bytes)."""
+
+    seconds: float  # the whole call
+    product_seconds: float  # the distributed product on the device (the engine's window)
+    copied_bytes: int  # operand bytes copied into or out of hpcmm's blocks on this rank
+    moved_bytes: int  # bytes sent to other ranks to change layouts
+
+    @property
+    def host_seconds(self) -> float:
+        """The call's time outside the product: checks, copies, barriers, launches."""
+        return max(0.0, self.seconds - self.product_seconds)
+
+
+def _check_problem(m, n, k, dtype, alpha, beta, op_a, op_b) -> str:
+    for name, value in (("m", m), ("n", n), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise InputError(f"{name}={value!r}: expected a positive integer")
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if name not in DTYPES:
+        raise InputError(f"dtype={name!r}: expected one of {', '.join(DTYPES)}")
+    complex_type = np.dtype(name).kind == "c"
+    for label, value in (("alpha", alpha), ("beta", beta)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Number) or not np.isfinite(complex(value)):
+            raise InputError(f"{label}={value!r}: expected a finite number")
+        if not complex_type and complex(value).imag != 0:
+            raise InputError(f"{label}={value!r}: complex, and dtype={name} is real")
+    for label, value in (("op_a", op_a), ("op_b", op_b)):
+        if value not in OPS:
+            raise InputError(f"{label}={value!r}: expected one of {', '.join(OPS)}")
+    return name
+
+
+def _apply_op(x, op: str):
+    """``op(x)`` as a view where it can be one (the conjugate is a copy)."""
+    if op == "N":
+        return x
+    return x.T.conj() if op == "C" and x.dtype.kind == "c" else x.T
+
+
+class Matmul:
+    """A distributed GEMM ``C ← α·op(A)·op(B) + β·C``: specify, :meth:`plan` once, :meth:`execute` many times.
+
+    Parameters
+    ----------
+    comm : MPI.Comm
+        The ranks that hold the operands; it is duplicated, never used as it is.
+    m, n, k : int
+        ``op(A)`` is m×k, ``op(B)`` k×n, C m×n.
+    dtype : str or numpy.dtype
+        One of hpcmm's types (``float64``, ``float32``, ``float16``, ``bfloat16``, ``complex128``, ``complex64``).
+    layout : Layout, optional
+        Where the caller's blocks are (any 2-D block layout of its ranks); default: the plan's.
+    alpha, beta : number
+        β ≠ 0 reads C: pass ``c`` to :meth:`execute`.
+    op_a, op_b : {"N", "T", "C"}
+        With ``T`` or ``C`` the caller stores A as k×m (B as n×k).
+    options : MatmulOptions or dict, optional
+        How to plan (:class:`hpcmm.MatmulOptions`); unset fields from ``HPCMM_*``, else defaults.
+
+    Raises
+    ------
+    InputError
+        On every rank: a bad argument, or ranks that were given different ones.
+    """
+
+    def __init__(self, comm, m, n, k, dtype, *, layout: Layout | None = None, alpha=1, beta=0, op_a="N",
+                 op_b="N", options=None) -> None:
+        self._comm = None
+        self._stack = contextlib.ExitStack()
+        self._parts = None
+        self._plan: Plan | None = None
+        with collective(comm):  # a bad argument on one rank fails every rank, never a hang
+            self.dtype = np.dtype(_check_problem(m, n, k, dtype, alpha, beta, op_a, op_b))
+            self.m, self.n, self.k = int(m), int(n), int(k)
+            self.alpha = complex(alpha) if self.dtype.kind == "c" else float(alpha)
+            self.beta = complex(beta) if self.dtype.kind == "c" else float(beta)
+            self.op_a, self.op_b = op_a, op_b
+            self.options = as_options(options)
+            self._config = self.options.config(self.m, self.n, self.k, self.dtype.name)
+            if layout is not None:
+                _check_layout(layout, self._stored_shapes(), comm.Get_size())
+            self._caller_layout = layout
+        self._comm = comm.Dup()
+        self.plan_seconds = None
+        self.last: ExecuteTimes | None = None
+
+    # -- context --------------------------------------------------------------
+    def __enter__(self) -> Matmul:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if error is None or getattr(error, "agreed", False):
+            self.free()
+
+    def _stored_shapes(self) -> dict[str, tuple[int, int]]:
+        ops = {"A": self.op_a, "B": self.op_b, "C": "N"}
+        shapes = {"A": (self.m, self.k), "B": (self.k, self.n), "C": (self.m, self.n)}
+        return {name: shape if ops[name] == "N" else shape[::-1] for name, shape in shapes.items()}
+
+    # -- plan -----------------------------------------------------------------
+    def plan(self) -> Plan:
+        """Collective: build everything the products need, once; returns the frozen :class:`Plan`.
+
+        The ranks first compare their settings (options, ``HPCMM_*``, sizes, α, β, ops),
+        then the plan itself; a difference is an :class:`InputError` on every rank.
+        """
+        if self._plan is not None:
+            return self._plan
+        if self._comm is None:
+            raise InputError("this Matmul was freed: make a new one")
+        start = MPI.Wtime()
+        comm = self._comm
+        fields = settings_fields(self._config) | {
+            "alpha": repr(self.alpha), "beta": repr(self.beta), "op_a": self.op_a, "op_b": self.op_b,
+            "layout": repr(None if self._caller_layout is None else self._caller_layout.blocks)}
+        agree_on(comm, fields, "setting")
+        config = self._config
+
+        def shape_from(backend, config):
+            return config, (self.m, self.n, self.k)
+
+        parts = self._stack.enter_context(assembled(comm, config, shape_from, _fill_for_timing))
+        try:
+            with collective(comm):
+                if parts.choice.layers is not None:
+                    raise InputError("the library runs SUMMA; 2.5d is the command line's (--algo)")
+            plan = plan_of(parts, alpha=self.alpha, beta=self.beta, op_a=self.op_a, op_b=self.op_b)
+            agree_on(comm, plan.fields(), "plan field")
+            engine = parts.engine
+            engine_rank = comm.allgather(engine.topo.rank)
+            blocks = {name: tuple(getattr(engine.layout, f"{name.lower()}_block")(engine_rank[r])
+                                  for r in range(comm.Get_size())) for name in OPERANDS}
+            self.layout = Layout.from_product_blocks(self.m, self.n, self.k, blocks, op_a=self.op_a, op_b=self.op_b)
+            self._own = {"A": engine.A, "B": engine.B}
+            if parts.backend.on_gpu:
+                # The first product maps the peers' blocks and tunes the GEMM library for the plan's shapes.
+                _fill_for_timing(engine)
+                comm.Barrier()
+                engine.multiply()
+            comm.Barrier()
+        except BaseException:
+            self._stack.close()
+            raise
+        self._parts, self._engine, self._backend = parts, engine, parts.backend
+        self.plan_seconds = comm.allreduce(MPI.Wtime() - start, op=MPI.MAX)
+        self._plan = dataclasses.replace(plan, layout=self.layout)
+        return self._plan
+
+    # -- execute --------------------------------------------------------------
+    def _caller(self) -> Layout:
+        return self._caller_layout if self._caller_layout is not None else self.layout
+
+    def empty(self, operand: str):
+        """A block for this rank's ``operand`` (``"A"``, ``"B"``, ``"C"``) in the caller's layout.
+
+        For A and B in the plan's layout without op, it is hpcmm's own block:
+        operands written there are not copied by :meth:`execute` (no copy;
+        the next execute reads it, so fill it before each).
+        """
+        self.plan()
+        if operand not in OPERANDS:
+            raise InputError(f"operand {operand!r}: expected one of {', '.join(OPERANDS)}")
+        shape = self._caller().local_shape(operand, self._comm.Get_rank())
+        op = {"A": self.op_a, "B": self.op_b, "C": "N"}[operand]
+        if operand != "C" and op == "N" and self._caller_layout is None:
+            return self._own[operand]
+        return self._backend.xp.empty(shape, dtype=self.dtype)
+
+    def execute(self, a, b, c=None, *, stream=None):
+        """Collective: ``C ← α·op(A)·op(B) + β·C`` on this rank's blocks; returns C's block.
+
+        ``c`` receives the result (and is read where β ≠ 0); without it a new
+        array is returned (numpy, or cupy on GPUs).  ``stream``: a CUDA stream
+        (cupy or torch) whose work the operands wait for; the call returns
+        once C is written.
+
+        Raises
+        ------
+        InputError
+            On every rank: an operand of the wrong shape, type or device, named.
+        """
+        self.plan()
+        start = perf_counter()
+        comm, engine, backend, rank = self._comm, self._engine, self._backend, self._comm.Get_rank()
+        caller = self._caller()
+        device = backend.device_id if backend.on_gpu else None
+        error, operands = None, {}
+        try:
+            for name, value in (("A", a), ("B", b), ("C", c)):
+                if value is None:
+                    continue
+                operands[name] = view(name, value)
+                check(operands[name], caller.local_shape(name, rank), self.dtype, device, writable=name == "C")
+            if self.beta != 0 and c is None:
+                raise InputError(f"beta={self.beta}: β ≠ 0 reads C, so execute() needs c")
+        except InputError as exc:
+            error = exc
+        agree(comm, error)
+        if stream is not None:
+            stream.synchronize()
+        counted = {"copied": 0, "moved": 0}
+        comm.Barrier()  # the peers have finished reading our blocks in the last product
+        for name, op in (("A", self.op_a), ("B", self.op_b)):
+            self._fill(name, op, operands[name], counted)
+        backend.synchronize()
+        comm.Barrier()  # the peers read these blocks from now on
+        times = engine.multiply()
+        result = self._result(operands.get("C"), counted)
+        self.last = ExecuteTimes(perf_counter() - start, float(times.seconds), counted["copied"], counted["moved"])
+        return c if c is not None else result
+
+    def _fill(self, name: str, op: str, operand, counted: dict) -> None:
+        """Put the caller's ``name`` into hpcmm's block: as it is, transposed, or moved between layouts."""
+        target = self._own[name]
+        if operand.array is target:
+            return
+        data = operand.array
+        if self._caller_layout is not None:
+            data = redistribute(self._comm, _host(data), self._caller_layout.blocks[name], self.layout.blocks[name])
+            counted["moved"] += int(data.nbytes)
+        if target.size:
+            target[...] = self._backend.xp.asarray(_apply_op(data, op))
+            counted["copied"] += int(target.nbytes)
+
+    def _result(self, c_operand, counted: dict):
+        """α times the engine's C, plus β·C, in the caller's layout and memory."""
+        engine, backend = self._engine, self._backend
+        product = engine.C
+        if self.alpha != 1 and product.size:
+            product *= self.alpha
+        caller_on_device = c_operand.on_device if c_operand is not None else backend.on_gpu
+        if self._caller_layout is not None:
+            product = redistribute(self._comm, _host(product), self.layout.blocks["C"],
+                                   self._caller_layout.blocks["C"])
+            counted["moved"] += int(product.nbytes)
+            on_device = False
+        else:
+            on_device = backend.on_gpu
+        if caller_on_device and not on_device:
+            product = backend.xp.asarray(product)
+        elif on_device and not caller_on_device:
+            product = backend.to_host(product)
+        if c_operand is None:
+            out = product.copy() if product is engine.C else product
+            counted["copied"] += int(out.nbytes)
+            return out
+        target = c_operand.array
+        if self.beta == 0:
+            target[...] = product
+        else:
+            target *= self.beta
+            target += product
+        counted["copied"] += int(target.nbytes)
+        return target
+
+    # -- tear-down ------------------------------------------------------------
+    def free(self) -> None:
+        """Collective: release the plan's communicators, IPC mappings and buffers (also on leaving ``with``)."""
+        self._stack.close()
+        self._parts = self._engine = self._plan = None
+        self._own = {}
+        if self._comm is not None:
+            self._comm.Free()
+            self._comm = None
+
+
+def _check_layout(layout, shapes: dict, size: int) -> None:
+    if not isinstance(layout, Layout):
+        raise InputError(f"layout of type {type(layout).__name__}: expected hpcmm.Layout")
+    if layout.size != size:
+        raise InputError(f"layout of {layout.size} rank(s) for a communicator of {size}")
+    for name in OPERANDS:
+        if tuple(layout.shapes[name]) != tuple(shapes[name]):
+            raise InputError(f"layout holds {name} as {layout.shapes[name]}: the product stores {name} as "
+                             f"{shapes[name]}")
+
+
+def _host(x) -> np.ndarray:
+    """``x`` on the host (a device array copied there)."""
+    if isinstance(x, np.ndarray):
+        return x
+    return x.get()
+
+
+def _fill_for_timing(engine) -> None:
+    """Untimed data in an engine's A and B: ones (no denormals, no NaN; what a GEMM's speed does not depend on)."""
+    if engine.A.size:
+        engine.A[...] = 1
+    if engine.B.size:
+        engine.B[...] = 1
+    engine.backend.synchronize()
+
+
+def matmul(comm, a, b, c=None, *, m: int, n: int, k: int, layout: Layout | None = None, alpha=1, beta=0,
+           op_a="N", op_b="N", options=None):
+    """Collective: one ``C ← α·op(A)·op(B) + β·C`` on the caller's blocks (a :class:`Matmul` planned, executed, freed).
+
+    ``a``'s type is the product's.  For repeated products make one :class:`Matmul` instead.
+    """
+    dtype = view("A", a).array.dtype
+    with Matmul(comm, m, n, k, dtype, layout=layout, alpha=alpha, beta=beta, op_a=op_a, op_b=op_b,
+                options=options) as mm:
+        return mm.execute(a, b, c)
