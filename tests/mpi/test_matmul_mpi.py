@@ -1,0 +1,207 @@
+"""hpcmm.Matmul on the caller's blocks against numpy in float64, at every rank count of the MPI suite.
+
+Shapes follow the rank count and are uneven on purpose; outputs are poisoned
+with NaN wherever β = 0, so that a block left unwritten shows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpcmm
+from hpcmm.config import DTYPES
+from hpcmm.dtypes import numpy_dtype
+
+pytestmark = pytest.mark.mpi
+
+OPS = ("N", "T", "C")
+
+
+def _shape(size: int) -> tuple[int, int, int]:
+    return 7 * size + 3, 5 * size + 1, 3 * size + 2
+
+
+def _global(rng, shape, dtype):
+    x = rng.standard_normal(shape)
+    if np.dtype(numpy_dtype(dtype)).kind == "c":
+        x = x + 1j * rng.standard_normal(shape)
+    return x
+
+
+def _stored(x, op):
+    return {"N": x, "T": x.T, "C": x.conj().T}[op]
+
+
+def _wide(x):
+    return np.asarray(x).astype(np.complex128)
+
+
+def _bound(dtype, k, alpha, beta, a, b, c):
+    """An elementwise bound of the rounding of α·A·B + β·C in ``dtype`` (float64 inputs as cast)."""
+    unit = 2.0 ** -8 if dtype == "bfloat16" else float(np.finfo(numpy_dtype(dtype)).eps)
+    scale = abs(alpha) * (np.abs(a) @ np.abs(b)) + abs(beta) * np.abs(c)
+    return 4 * (k + 4) * unit * scale + np.finfo(np.float64).tiny
+
+
+def _problem(seed, dtype, op_a, op_b):
+    comm = MPI.COMM_WORLD
+    m, n, k = _shape(comm.size)
+    rng = np.random.default_rng(seed)
+    a, b, c = _global(rng, (m, k), dtype), _global(rng, (k, n), dtype), _global(rng, (m, n), dtype)
+    kind = numpy_dtype(dtype)
+    # What hpcmm multiplies: the inputs as the type holds them.
+    a, b, c = (x.astype(kind) for x in (a, b, c))
+    return (m, n, k), a, b, c, _stored(a, op_a), _stored(b, op_b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op_a", OPS)
+@pytest.mark.parametrize("op_b", OPS)
+@pytest.mark.parametrize("beta", [0.0, 1.5])
+def test_gemm_against_numpy(dtype, op_a, op_b, beta):
+    comm = MPI.COMM_WORLD
+    (m, n, k), a, b, c0, a_stored, b_stored = _problem(11, dtype, op_a, op_b)
+    alpha = (0.5 - 1.25j) if np.dtype(numpy_dtype(dtype)).kind == "c" else -1.25
+    with hpcmm.Matmul(comm, m, n, k, dtype, alpha=alpha, beta=beta, op_a=op_a, op_b=op_b) as mm:
+        layout = mm.plan().layout
+        rank = comm.rank
+        c = layout.block("C", rank, c0)
+        if beta == 0:
+            c[...] = np.nan  # never read where β = 0: an unwritten block stays NaN
+        out = mm.execute(layout.block("A", rank, a_stored), layout.block("B", rank, b_stored), c)
+        assert out is c
+        whole = hpcmm.gather(comm, layout, out)
+    if comm.rank == 0:
+        ref = alpha * (_wide(a) @ _wide(b)) + beta * _wide(c0)
+        got = _wide(whole.astype(np.complex128 if whole.dtype.kind == "c" else np.float64))
+        assert np.isfinite(got).all()
+        bound = _bound(dtype, k, alpha, beta, _wide(a), _wide(b), _wide(c0))
+        worst = np.max(np.abs(got - ref) / bound)
+        assert worst <= 1, f"{dtype} op {op_a}{op_b} beta {beta}: error {worst:.2f} x the bound"
+
+
+def test_execute_again_gives_the_bits_of_a_fresh_plan():
+    comm = MPI.COMM_WORLD
+    rank = comm.rank
+    results = []
+    with hpcmm.Matmul(comm, *_shape(comm.size), "float64", op_b="T") as mm:
+        layout = mm.plan().layout
+        for seed in (1, 2, 3):
+            _, _, _, _, a_stored, b_stored = _problem(seed, "float64", "N", "T")
+            results.append(mm.execute(layout.block("A", rank, a_stored), layout.block("B", rank, b_stored)))
+        assert mm.last.product_seconds > 0 and mm.last.seconds >= mm.last.product_seconds
+    _, _, _, _, a_stored, b_stored = _problem(3, "float64", "N", "T")
+    with hpcmm.Matmul(comm, *_shape(comm.size), "float64", op_b="T") as fresh:
+        layout = fresh.plan().layout
+        again = fresh.execute(layout.block("A", rank, a_stored), layout.block("B", rank, b_stored))
+    assert np.array_equal(results[-1], again)
+    assert not np.array_equal(results[0], results[1])
+
+
+def _slabs(shapes, size, reverse):
+    """A caller's own layout: every operand by rows, uneven, ranks in reverse order where ``reverse``."""
+    from hpcmm.layout import block_range
+
+    blocks = {}
+    for name, (rows, cols) in shapes.items():
+        order = range(size - 1, -1, -1) if reverse else range(size)
+        bounds = {r: block_range(rows, size, i) for i, r in enumerate(order)}
+        blocks[name] = [(bounds[r], (0, cols)) for r in range(size)]
+    return hpcmm.Layout(shapes, blocks)
+
+
+@pytest.mark.parametrize("op_a", ["N", "T"])
+def test_a_callers_layout_that_is_not_the_plans(op_a):
+    comm = MPI.COMM_WORLD
+    rank = comm.rank
+    (m, n, k), a, b, c0, a_stored, b_stored = _problem(5, "float64", op_a, "N")
+    layout = _slabs({"A": a_stored.shape, "B": b_stored.shape, "C": (m, n)}, comm.size, reverse=True)
+    with hpcmm.Matmul(comm, m, n, k, "float64", layout=layout, alpha=2.0, beta=-1.0, op_a=op_a) as mm:
+        mm.plan()
+        c = layout.block("C", rank, c0)
+        mm.execute(layout.block("A", rank, a_stored), layout.block("B", rank, b_stored), c)
+        if comm.size > 1:
+            assert mm.last.moved_bytes > 0
+    whole = hpcmm.gather(comm, layout, c)
+    if rank == 0:
+        np.testing.assert_allclose(whole, 2.0 * a @ b - c0, rtol=1e-12, atol=1e-12 * k)
+
+
+def test_own_blocks_are_not_copied():
+    comm = MPI.COMM_WORLD
+    rank = comm.rank
+    (m, n, k), a, b, _, _, _ = _problem(7, "float32", "N", "N")
+    with hpcmm.Matmul(comm, m, n, k, "float32") as mm:
+        layout = mm.plan().layout
+        a_block, b_block = mm.empty("A"), mm.empty("B")
+        a_block[...] = layout.block("A", rank, a)
+        b_block[...] = layout.block("B", rank, b)
+        c = mm.empty("C")
+        mm.execute(a_block, b_block, c)
+        assert mm.last.copied_bytes == c.nbytes  # C written out, A and B used where they lie
+        whole = hpcmm.gather(comm, layout, c)
+    if rank == 0:
+        np.testing.assert_allclose(whole, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4 * k)
+
+
+def test_matmul_function_and_its_dtype_from_a():
+    comm = MPI.COMM_WORLD
+    rank = comm.rank
+    (m, n, k), a, b, _, _, _ = _problem(9, "complex64", "N", "N")
+    layout = hpcmm.Layout.grid(m, n, k, (comm.size, 1))
+    c = hpcmm.matmul(comm, layout.block("A", rank, a), layout.block("B", rank, b), m=m, n=n, k=k, layout=layout)
+    assert c.dtype == np.complex64
+    whole = hpcmm.gather(comm, layout, c)
+    if rank == 0:
+        np.testing.assert_allclose(whole, _wide(a) @ _wide(b), rtol=1e-4, atol=1e-4 * k)
+
+
+@pytest.mark.parametrize("bad", ["shape", "dtype", "kind"])
+def test_a_bad_operand_on_one_rank_fails_every_rank_naming_it(bad):
+    comm = MPI.COMM_WORLD
+    rank, last = comm.rank, comm.size - 1
+    (m, n, k), a, b, _, _, _ = _problem(3, "float64", "N", "N")
+    with hpcmm.Matmul(comm, m, n, k, "float64") as mm:
+        layout = mm.plan().layout
+        a_block, b_block = layout.block("A", rank, a), layout.block("B", rank, b)
+        if rank == last:
+            b_block = {"shape": np.zeros((b_block.shape[0] + 1, b_block.shape[1])),
+                       "dtype": b_block.astype(np.float32), "kind": b_block.tolist()}[bad]
+        with pytest.raises(hpcmm.InputError, match=r"operand B"):
+            mm.execute(a_block, b_block)
+        # the plan survives a refused call
+        mm.execute(layout.block("A", rank, a), layout.block("B", rank, b))
+
+
+def test_beta_without_c_is_refused():
+    comm = MPI.COMM_WORLD
+    with hpcmm.Matmul(comm, 4, 4, 4, "float64", beta=1.0) as mm:
+        layout = mm.plan().layout
+        a = np.ones(layout.local_shape("A", comm.rank))
+        b = np.ones(layout.local_shape("B", comm.rank))
+        with pytest.raises(hpcmm.InputError, match=r"beta=1.0.*needs c"):
+            mm.execute(a, b)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ranks_given_another_panel_fail_together_naming_it():
+    comm = MPI.COMM_WORLD
+    options = hpcmm.MatmulOptions(panel=2 if comm.rank == 1 else None)
+    with pytest.raises(hpcmm.InputError, match=r"setting panel: None on rank.*; 2 on rank 1"):
+        hpcmm.Matmul(comm, 16, 16, 16, "float64", options=options).plan()
+
+
+def test_torch_operands():
+    torch = pytest.importorskip("torch")
+    comm = MPI.COMM_WORLD
+    rank = comm.rank
+    (m, n, k), a, b, _, _, _ = _problem(13, "float64", "N", "N")
+    with hpcmm.Matmul(comm, m, n, k, "float64") as mm:
+        layout = mm.plan().layout
+        c = torch.full(layout.local_shape("C", rank), float("nan"), dtype=torch.float64)
+        mm.execute(torch.from_numpy(layout.block("A", rank, a)), torch.from_numpy(layout.block("B", rank, b)), c)
+        whole = hpcmm.gather(comm, layout, c.numpy())
+    if rank == 0:
+        np.testing.assert_allclose(whole, a @ b, rtol=1e-12, atol=1e-12 * k)
