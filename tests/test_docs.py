@@ -187,11 +187,13 @@ def test_readme_exit_zero_row_covers_verify_none(tmp_path):
 JOBS = REPO / "jobs"
 JOBS_README = (JOBS / "README.md").read_text()
 SCRIPTS = {p.name: p.read_text() for p in sorted(JOBS.glob("*.sbatch"))}
+#: The part every script sources (each script: its settings, then ``source "$common/common.sh"``).
+COMMON = (JOBS / "common.sh").read_text()
 
 
 def test_jobs_readme_lists_exactly_the_settings_the_scripts_read():
     used = set()
-    for text in SCRIPTS.values():
+    for text in [*SCRIPTS.values(), COMMON]:
         used |= set(re.findall(r"\$\{(JOB_[A-Z_]+)", text))
     table = JOBS_README[JOBS_README.index("| variable | meaning | default |"):].split("\n\n")[0]
     documented = set(re.findall(r"`(JOB_[A-Z_]+)`", table))
@@ -202,11 +204,10 @@ def test_jobs_readme_exit_statuses_match_the_scripts():
     table = JOBS_README[JOBS_README.index("| exit status | result | cause |"):].split("\n\n")[0]
     rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d) \| `([a-z ]+)", table, re.M)}
     assert sorted(rows) == [0, 1, 2, 3, 4, 5]
-    for text in SCRIPTS.values():
-        assert "EXIT_ENVIRONMENT=3 " in text and "EXIT_LAUNCHER=4 " in text and "EXIT_UNFINISHED=5 " in text
-        for code, word in ((3, "environment: "), (4, "launcher: "), (5, "unfinished: ")):
-            assert rows[code] == word.strip(": "), rows
-            assert word in text
+    assert "EXIT_ENVIRONMENT=3 " in COMMON and "EXIT_LAUNCHER=4 " in COMMON and "EXIT_UNFINISHED=5 " in COMMON
+    for code, word in ((3, "environment: "), (4, "launcher: "), (5, "unfinished: ")):
+        assert rows[code] == word.strip(": "), rows
+        assert word in COMMON
 
 
 def test_jobs_readme_default_shapes_match_the_sbatch_lines():
@@ -218,7 +219,7 @@ def test_jobs_readme_default_shapes_match_the_sbatch_lines():
         gpus = re.search(r"^#SBATCH --gpus-per-node=(\d+)", text, re.M)
         if gpus:
             assert f"× {gpus.group(1)} GPUs" in shape, (script, shape)
-        size = re.search(r"^m=\$\{JOB_M:-(\d+)\}", text, re.M)
+        size = re.search(r'^: "\$\{JOB_M:=(\d+)\}"', text, re.M)
         if size:
             assert f"{size.group(1)}³" in shape, (script, shape)
 
@@ -230,8 +231,9 @@ def test_jobs_readme_speaks_of_what_exists():
     for script in re.findall(r"jobs/([\w-]+\.sbatch)", JOBS_README):
         assert script in SCRIPTS, script
     assert "HDF5_USE_FILE_LOCKING=FALSE" in JOBS_README
-    for text in SCRIPTS.values():
-        assert "export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}" in text
+    assert "export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}" in COMMON
+    for text in [*SCRIPTS.values(), COMMON]:
+        assert 'source "$common/common.sh"' in text or text is COMMON
         assert "--mpi=pmi2" not in text  # the site's default plugin, unless the user names one
 
 
@@ -261,18 +263,20 @@ def test_jobs_readme_mps_claims_match_the_scripts():
     assert f"#{_anchor('## Several ranks per GPU: MPS')})" in row, row
     for name, text in SCRIPTS.items():
         # The values the scripts accept, in the order of their error message.
-        accepted = re.search(r"^case \$\{JOB_MPS:-(\w+)\} in\n([\w |]+)\) ;;$", text, re.M)
+        accepted = re.search(r"^case \$\{JOB_MPS:-(\w+)\} in\n([\w |]+)\) ;;$", COMMON, re.M)
         assert accepted, name
         assert accepted.group(1) == defaults[0] == "auto"
         assert [v.strip() for v in accepted.group(2).split("|")] == values == ["auto", "on", "off"]
-        assert f"JOB_MPS=$JOB_MPS: expected {', '.join(values[:-1])} or {values[-1]}" in text
+        assert f"JOB_MPS=$JOB_MPS: expected {', '.join(values[:-1])} or {values[-1]}" in COMMON
         # GPU scripts (those with a --gpus-per-node line) decide MPS for their steps; cpu-smoke never.
         gpu_script = re.search(r"^#SBATCH --gpus-per-node=", text, re.M) is not None
-        assert (re.search(r'^\s*mps_plan "', text, re.M) is not None) == gpu_script, name
+        # (scaling.sbatch through scaling_study, which decides MPS for each point: common.sh's scaling_point)
+        assert (re.search(r'^\s*(mps_plan "|scaling_study$)', text, re.M) is not None) == gpu_script, name
         assert (f"`{name}`" in mps.split("\n\n")[1]) == gpu_script, name
         if gpu_script:
             assert re.search(r"^#   JOB_MPS +auto \(default\)", text, re.M), f"{name}: header lacks JOB_MPS"
-    common = SCRIPTS["single-node.sbatch"]
+    assert re.search(r'^scaling_point\(\) \{.*?^    mps_plan "', COMMON, re.S | re.M)
+    common = COMMON
     for command in ("nvidia-cuda-mps-control -d", "echo quit | nvidia-cuda-mps-control",
                     "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "/tmp/hpcmm-mps-"):
         assert command in mps and command in common, command

@@ -939,15 +939,44 @@ def test_scaling_prints_table(finished):
     assert any(re.match(r"weak\s+61\s+2\s+1\s+2x1\s+122x61x61\s", row) for row in rows), rows
 
 
-def test_scripts_share_one_common_part():
-    """The lines between the common part's markers are the same in every script."""
-    parts = {}
-    for path in sorted(JOBS_DIR.glob("*.sbatch")):
-        text = path.read_text()
-        match = re.search(r"^# --- common part:.*?^# --- end of the common part -+$", text, re.S | re.M)
-        assert match, f"{path.name}: no common part"
-        parts[path.name] = match.group(0)
-    assert len(set(parts.values())) == 1, f"the common parts differ: {sorted(parts)}"
+#: Lines a batch script may have: a cluster user reads it in a screen or two.
+MOST_SCRIPT_LINES = 80
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in JOBS_DIR.glob("*.sbatch")))
+def test_script_is_its_header_settings_and_the_shared_part(script):
+    """Each script: the #SBATCH header first, then the settings a user edits, then it sources
+    jobs/common.sh (found beside the script as submitted, since SLURM runs a copy), in at most
+    80 lines; the shared code lives in common.sh alone."""
+    lines = (JOBS_DIR / script).read_text().splitlines()
+    assert len(lines) <= MOST_SCRIPT_LINES, f"{script}: {len(lines)} lines"
+    sbatch = [i for i, line in enumerate(lines) if re.match(r"#+SBATCH ", line)]
+    settings = [i for i, line in enumerate(lines) if re.match(r': "\$\{JOB_[A-Z_]+:=', line)]
+    source = [i for i, line in enumerate(lines) if line.startswith('source "$common/common.sh"')]
+    code = [i for i, line in enumerate(lines[1:], 1) if line.strip() and not line.startswith("#")]
+    assert sbatch and settings and len(source) == 1, script
+    assert code[0] == settings[0] and max(sbatch) < settings[0] < source[0], script
+    assert "Command=" in "\n".join(lines[settings[-1]:source[0]])  # the script's own path, from scontrol
+    shared = ("finish()", "find_python()", "make_launch()", "outcome()", "mps_plan()", "EXIT_ENVIRONMENT=")
+    assert not [name for name in shared if any(line.startswith(name) for line in lines)], script
+
+
+def test_scripts_find_the_shared_part_from_a_copy(tmp_path):
+    """Run as SLURM runs it (a copy in a spool folder, the submit folder elsewhere), a script still
+    sources jobs/common.sh: through scontrol's Command=, else the submit folder's jobs/."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    copy = spool / "slurm_script"
+    text = (JOBS_DIR / "cpu-smoke.sbatch").read_text()
+    stop = text.index('source "$common/common.sh"')
+    copy.write_text(text[:stop] + 'echo "found $common"\n')
+    env = {"PATH": os.environ["PATH"], "SLURM_SUBMIT_DIR": str(REPO), "SLURM_JOB_ID": "0"}
+    proc = run(["bash", str(copy)], check=False, timeout=30, env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"found {REPO}/jobs", proc.stdout + proc.stderr
+    env["SLURM_SUBMIT_DIR"] = str(tmp_path)
+    proc = run(["bash", str(copy)], check=False, timeout=30, env=env, cwd=tmp_path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "result: environment: no jobs/common.sh" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("script", ["scaling.sbatch"])
@@ -962,7 +991,8 @@ def test_scaling_grid_is_hpcmms(script, device, nodes, dtype, gpus, turned):
 
     from hpcmm.grid_orientation import ROW_LEAST_COLUMNS, ROW_MOST_RANKS
 
-    text = (JOBS_DIR / script).read_text()
+    assert "scaling_plan" in (JOBS_DIR / script).read_text()  # whose grids come from common.sh's hpcmm_grid
+    text = (JOBS_DIR / "common.sh").read_text()
     function = re.search(r"^hpcmm_grid\(\) \{.*?^\}$", text, re.S | re.M).group(0)
     python = sys.executable
     counts = [*range(1, 17), 24, 30, 32, 48, 64]
@@ -984,7 +1014,7 @@ def test_no_script_uses_an_hpcmm_name_hpcmm_does_not_know():
     """The scripts' own settings are JOB_*; any HPCMM_* name in them is one of hpcmm's."""
     from hpcmm.config import ENVIRONMENT
 
-    for path in JOBS_DIR.glob("*.sbatch"):
+    for path in [*JOBS_DIR.glob("*.sbatch"), JOBS_DIR / "common.sh"]:
         names = set(re.findall(r"\bHPCMM_[A-Z_]+", path.read_text()))
         assert names <= set(ENVIRONMENT), f"{path.name}: {sorted(names - set(ENVIRONMENT))}"
 
