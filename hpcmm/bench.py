@@ -140,6 +140,8 @@ def bench_row(case: Case, summary: dict, ranks: int, devices: int, on_gpu: bool,
         "case": case.label, "dtype": case.dtype, "tf32": int(case.tf32), "m": case.m, "n": case.n,
         "k": case.k, "ranks": ranks, "device": "gpu" if on_gpu else "cpu", "devices": devices,
         "hpcmm_seconds": s["seconds"], "hpcmm_tflops": s["tflops"],
+        # Set-up once (communicators, buffers, IPC, GEMM tuning) apart from each product's seconds.
+        "plan_seconds": s.get("plan_seconds", float("nan")),
         "reference": _reference_label(on_gpu, winner), "reference_seconds": reference, "reference_tflops": ref_tflops,
         "hpcmm_over_reference": s["tflops"] / ref_tflops,
         # Only GPUs have a per-device ceiling to compare with; ranks on one host share its cores.

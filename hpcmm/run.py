@@ -23,7 +23,7 @@ from mpi4py import MPI
 from . import h5io
 from .algo_choice import Choice
 from .arrangement import Arrangement
-from .assemble import assembled
+from .assemble import assembled, plan_of
 from .backend import host_memory
 from .clock import SharedClock, product_window
 from .config import RunConfig
@@ -34,7 +34,7 @@ from .inputs import MatrixSource, check_pair, generate_block, open_source
 from .layered import LayeredEngine
 from .layout import Layout, predicted_imbalance
 from .metadata import topology_row, versions
-from .plan import agree_on, settings_fields
+from .plan import Plan, agree_on, settings_fields
 from .summary import gathered_figures, summary_figures
 from .threads import attributes as blas_attributes
 from .transport import PATHS, CudaAwareness
@@ -75,8 +75,12 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
     def load(engine):
         _load_inputs(engine, config, sources, lambda message: None)
 
+    start = MPI.Wtime()
     with assembled(comm, config, shape_from, load, say) as parts:
         config, engine, choice, backend = parts.config, parts.engine, parts.choice, parts.backend
+        plan = plan_of(parts)
+        agree_on(parts.launch.comm, plan.fields(), "plan field")
+        plan_seconds = parts.launch.comm.allreduce(MPI.Wtime() - start, op=MPI.MAX)
         topo = engine.topo
         _check_bookkeeping(topo, engine, config)
         layout = engine.layout
@@ -87,7 +91,8 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
         verify = _load_inputs(engine, config, sources, say)
         timings = _timed_products(engine, config, say)
         check = _verify(engine, config, verify)
-        result = _gather_and_write(engine, config, Setup(parts.awareness, parts.arrangement, choice), timings,
+        result = _gather_and_write(engine, config, Setup(parts.awareness, parts.arrangement, choice, plan, plan_seconds),
+                                   timings,
                                    check, write)
         _raise_if_wrong(check, result, config, write)
         return result
@@ -136,6 +141,9 @@ class Setup:
     awareness: CudaAwareness
     arrangement: Arrangement
     choice: Choice
+    plan: Plan
+    #: From the start of the set-up to the engine's being ready (the slowest rank's), the products excluded.
+    plan_seconds: float
 
 
 #: Host bytes per step of one timed product that rank 0 holds for each rank once the products
@@ -351,6 +359,7 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
                       cuda_aware_mpi_decision=awareness.aware, cuda_aware_mpi_reason=awareness.reason,
                       ranks_per_node=topo.ranks_per_node or 0, nodes=topo.vnode_count)
     attributes.update(setup.arrangement.attributes(layout))
+    attributes.update(setup.plan.attributes(), plan_seconds=setup.plan_seconds)
     attributes.update(blas_attributes())
     timelines = [r.timeline for r in reports if r.timeline is not None]
     return h5io.Results(
@@ -405,7 +414,8 @@ def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: 
                            gemm_library_used=libraries_used([row for r in reports for row in r.gemms],
                                                             engine.backend.on_gpu),
                            peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports),
-                           predicted_imbalance=_predicted_imbalance(engine), **setup.arrangement.summary(),
+                           predicted_imbalance=_predicted_imbalance(engine), plan_seconds=setup.plan_seconds,
+                           **setup.arrangement.summary(),
                            **setup.choice.summary())
             if write:
                 # Guarded: removed even should this process be killed while it writes.

@@ -205,3 +205,31 @@ def test_torch_operands():
         whole = hpcmm.gather(comm, layout, c.numpy())
     if rank == 0:
         np.testing.assert_allclose(whole, a @ b, rtol=1e-12, atol=1e-12 * k)
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+@pytest.mark.parametrize("op_a", ["N", "C"])
+def test_device_operands(kind, op_a):
+    """cupy arrays and torch tensors on the rank's GPU, in and out (skipped where the plan computes on the host)."""
+    comm = MPI.COMM_WORLD
+    rank = comm.rank
+    (m, n, k), a, b, c0, a_stored, b_stored = _problem(17, "complex128", op_a, "T")
+    with hpcmm.Matmul(comm, m, n, k, "complex128", beta=0.5, op_a=op_a, op_b="T") as mm:
+        plan = mm.plan()
+        device = plan.devices[rank]
+        if device < 0:
+            pytest.skip("the plan computes on the host")
+        lib = pytest.importorskip(kind)
+        layout = plan.layout
+        blocks = [layout.block(name, rank, x) for name, x in (("A", a_stored), ("B", b_stored), ("C", c0))]
+        if kind == "cupy":
+            with lib.cuda.Device(device):
+                a_dev, b_dev, c_dev = (lib.asarray(x) for x in blocks)
+        else:
+            a_dev, b_dev, c_dev = (lib.as_tensor(x, device=f"cuda:{device}") for x in blocks)
+        out = mm.execute(a_dev, b_dev, c_dev)
+        assert out is c_dev
+        host = c_dev.get() if kind == "cupy" else c_dev.cpu().numpy()
+        whole = hpcmm.gather(comm, layout, host)
+    if rank == 0:
+        np.testing.assert_allclose(whole, a @ b + 0.5 * c0, rtol=1e-12, atol=1e-12 * k)

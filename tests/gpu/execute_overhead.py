@@ -1,0 +1,41 @@
+"""The host time of ``Matmul.execute`` beside the product's, for operands in hpcmm's blocks and copied in.
+
+    mpiexec -n 8 python tests/gpu/execute_overhead.py 8192 float64
+
+Prints, on rank 0, one JSON line per operand kind: the median over 10 executes of the slowest
+rank's call and of the slowest rank's product window, and their difference over the product.
+"""
+import json
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import hpcmm
+
+comm = MPI.COMM_WORLD
+size, dtype = int(sys.argv[1]), sys.argv[2]
+with hpcmm.Matmul(comm, size, size, size, dtype) as mm:
+    plan = mm.plan()
+    xp = mm.empty("C").__class__.__module__.split(".")[0]
+    xp = __import__(xp)
+    a_own, b_own = mm.empty("A"), mm.empty("B")
+    rng = xp.random.default_rng(comm.rank) if hasattr(xp.random, "default_rng") else xp.random
+    a_own[...] = rng.standard_normal(a_own.shape)
+    b_own[...] = rng.standard_normal(b_own.shape)
+    kinds = {"own blocks": (a_own, b_own), "copied in": (a_own.copy(), b_own.copy())}
+    c = mm.empty("C")
+    for kind, (a, b) in kinds.items():
+        calls, products = [], []
+        for i in range(13):
+            mm.execute(a, b, c)
+            if i >= 3:
+                calls.append(comm.allreduce(mm.last.seconds, op=MPI.MAX))
+                products.append(comm.allreduce(mm.last.product_seconds, op=MPI.MAX))
+        call, product = float(np.median(calls)), float(np.median(products))
+        if comm.rank == 0:
+            print(json.dumps({"ranks": comm.size, "n": size, "dtype": dtype, "operands": kind, "execute_s": call,
+                              "product_s": product, "host_s": call - product,
+                              "host_fraction": (call - product) / product,
+                              "tflops": 2 * size ** 3 / call / 1e12, "plan_s": mm.plan_seconds,
+                              "backend": plan.backend}))
