@@ -34,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -193,6 +194,76 @@ def _fail(exc: BaseException) -> int:
     return status
 
 
+class _Steady:
+    """``sys.stdout``/``sys.stderr`` that a reader who left, a closed or a failing stream cannot fail.
+
+    The exit status is the work's, not the terminal's: a write that fails (``EPIPE`` from
+    ``... | head``, ``EBADF``, ``EIO``) points the descriptor at ``/dev/null`` and goes on there, so
+    the text is lost and nothing else (Python's own flush at exit included) fails after it.
+    """
+
+    def __init__(self, stream, fd: int) -> None:
+        self._stream = stream
+        self._fd = fd
+
+    def _lost(self) -> None:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._fd)
+            os.close(null)
+            self._stream.flush()  # what was buffered goes to /dev/null now
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except UnicodeError:
+            raise
+        except (OSError, ValueError):
+            self._lost()
+            return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except UnicodeError:
+            raise
+        except (OSError, ValueError):
+            self._lost()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _steady_streams() -> None:
+    """Descriptors 0 to 2 open (``/dev/null`` where one was closed: no file hpcmm opens later may take
+    their numbers, or a library's message would land in it) and :class:`_Steady` standard streams."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if isinstance(stream, _Steady):
+            continue
+        if stream is None:  # closed when Python started: it gave up on the stream
+            stream = open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace",  # noqa: SIM115
+                          closefd=False)
+        else:
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")  # a name that is not UTF-8 prints, escaped
+        setattr(sys, name, _Steady(stream, fd))
+
+
 def launch(argv: Sequence[str] | None = None, prepare: Callable[[], None] | None = None) -> int:
     """Run ``hpcmm.cli.main(argv)`` as the whole life of this process; return its exit status.
 
@@ -202,6 +273,7 @@ def launch(argv: Sequence[str] | None = None, prepare: Callable[[], None] | None
     status to :func:`sys.exit`; after a failure mpi4py then aborts the job.
     """
     _block_signals()
+    _steady_streams()
     try:
         from mpi4py import MPI  # noqa: PLC0415 - MPI_Init: from here on the rank can abort
 

@@ -56,16 +56,40 @@ def test_write_status_into_a_missing_folder_raises(tmp_path):
 
 
 def test_recorded_keeps_the_exit_status_when_the_file_cannot_be_written(tmp_path, capsys):
+    """Refused at the start (a missing folder) or failing at the end: the status is the command's."""
     argv = ["--status-file", str(tmp_path / "missing" / "s")]
-    assert status.recorded(argv, lambda a: 2) == 2
-    assert "cannot write it" in capsys.readouterr().err
+    assert status.recorded(argv, lambda a: 2) == 2  # ended before start(): the path is left alone
+    assert capsys.readouterr().err == ""
+
+    def refused(argv):
+        with pytest.raises(status.InputError, match="directory .* does not exist"):
+            status.start()
+        return 2
+
+    assert status.recorded(argv, refused) == 2
+    assert list(tmp_path.iterdir()) == []
+    path = tmp_path / "s"
+
+    def folder_gone(argv):
+        status.start()
+        path.unlink()
+        tmp_path.chmod(0o500)
+        return 0
+
+    try:
+        if os.geteuid() != 0:
+            assert status.recorded(["--status-file", str(path)], folder_gone) == 0
+            assert "cannot write it" in capsys.readouterr().err
+    finally:
+        tmp_path.chmod(0o700)
 
 
 def test_recorded_notes_the_reason(tmp_path):
     path = tmp_path / "s"
 
     def body(argv):
-        assert read_status(path)["state"] == "running"  # written before the work starts
+        status.start()  # the command line is parsed: before the work starts
+        assert read_status(path)["state"] == "running"
         status.note("--m=0: expected an integer >= 1")
         return 2
 
