@@ -23,7 +23,7 @@ import sys
 import time
 
 from .config import BALANCE_MODES, DEVICES, DTYPES, MAX_PREFETCH, TRISTATE, VERIFY_MODES, RunConfig, new_output_name
-from .config import parse_grid, parse_matrix_source, parse_positive_int, settings_from_environment
+from .config import check_utf8, parse_grid, parse_matrix_source, parse_positive_int, settings_from_environment
 from . import status as status_file
 from .algorithms import DEFAULT_PREFETCH, TF32_PREFETCH
 from .algorithms.layers import parse_algo
@@ -241,6 +241,7 @@ def _add_model_parser(sub) -> None:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     """Parse, with ``run`` as the default subcommand."""
+    check_utf8(argv)
     first = next((a for a in argv if not a.startswith("-")), None)
     if first not in SUBCOMMANDS and not any(a in ("-h", "--help", "--version") for a in argv[:1]):
         argv = ["run", *argv]
@@ -361,6 +362,7 @@ def _command(argv: list[str], comm) -> int:
         ns = _parse_or_show(argv)
         if not isinstance(ns, _Shown) and ns.command not in ("report", "model"):
             config = config_from(ns, argv=argv)
+        status_file.start()  # rank 0: --status-file accepted (or refused) before any work
     shown = comm.allgather(ns.status if isinstance(ns, _Shown) else None)
     if any(s is not None for s in shown):
         # --help or --version: the same answer everywhere, or an MPMD launch that mixes them.

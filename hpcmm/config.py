@@ -34,6 +34,7 @@ __all__ = [
     "DTYPES",
     "ENVIRONMENT",
     "RunConfig",
+    "check_utf8",
     "new_output_name",
     "parse_grid",
     "parse_matrix_source",
@@ -106,6 +107,28 @@ def new_output_name(directory: str = ".", now: datetime.datetime | None = None) 
         number += 1
         name = f"{stem}-{number}.h5"
     return name
+
+
+def check_utf8(argv) -> None:
+    """Refuse an argument that is not UTF-8 text (a file name with a byte such as 0xfe).
+
+    The results file records the command line, its paths and its dataset names as UTF-8
+    strings, and the summary prints them: such a name would pass every check, and the write
+    would fail after the product.  It is refused here, before any work.
+
+    >>> check_utf8(["--out", os.fsdecode(b"r\\xfe.h5")])
+    Traceback (most recent call last):
+    ...
+    hpcmm.errors.InputError: argument 'r\\xfe.h5' (after --out) is not UTF-8 text: ...
+    """
+    for i, arg in enumerate(argv):
+        try:
+            str(arg).encode("utf-8")
+        except UnicodeEncodeError:
+            shown = str(arg).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            after = f" (after {argv[i - 1]})" if i and str(argv[i - 1]).startswith("-") else ""
+            raise InputError(f"argument '{shown}'{after} is not UTF-8 text: hpcmm records its command line "
+                             "and file names in UTF-8; rename the file") from None
 
 
 def parse_grid(text: str) -> tuple[int, int]:
