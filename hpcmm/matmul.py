@@ -178,7 +178,7 @@ class Matmul:
             blocks = {name: tuple(getattr(engine.layout, f"{name.lower()}_block")(engine_rank[r])
                                   for r in range(comm.Get_size())) for name in OPERANDS}
             self.layout = Layout.from_product_blocks(self.m, self.n, self.k, blocks, op_a=self.op_a, op_b=self.op_b)
-            self._own = {"A": engine.A, "B": engine.B}
+            self._own = {"A": engine.A, "B": engine.B, "C": engine.C}
             if parts.backend.on_gpu:
                 # The first product maps the peers' blocks and tunes the GEMM library for the plan's shapes.
                 _fill_for_timing(engine)
@@ -200,16 +200,16 @@ class Matmul:
     def empty(self, operand: str):
         """A block for this rank's ``operand`` (``"A"``, ``"B"``, ``"C"``) in the caller's layout.
 
-        For A and B in the plan's layout without op, it is hpcmm's own block:
-        operands written there are not copied by :meth:`execute` (no copy;
-        the next execute reads it, so fill it before each).
+        In the plan's layout (and without op for A and B) it is hpcmm's own
+        block: :meth:`execute` then copies nothing in or out.  The own C is
+        rewritten by every execute; read it before the next one.
         """
         self.plan()
         if operand not in OPERANDS:
             raise InputError(f"operand {operand!r}: expected one of {', '.join(OPERANDS)}")
         shape = self._caller().local_shape(operand, self._comm.Get_rank())
         op = {"A": self.op_a, "B": self.op_b, "C": "N"}[operand]
-        if operand != "C" and op == "N" and self._caller_layout is None:
+        if op == "N" and self._caller_layout is None:
             return self._own[operand]
         return self._backend.xp.empty(shape, dtype=self.dtype)
 
@@ -242,17 +242,26 @@ class Matmul:
                 raise InputError(f"beta={self.beta}: β ≠ 0 reads C, so execute() needs c")
         except InputError as exc:
             error = exc
+        # Also the barrier after the last product: every rank that gets here has finished it
+        # (a product ends with a synchronize), so no peer still reads our blocks.
         agree(comm, error)
         if stream is not None:
             stream.synchronize()
         counted = {"copied": 0, "moved": 0}
-        comm.Barrier()  # the peers have finished reading our blocks in the last product
         for name, op in (("A", self.op_a), ("B", self.op_b)):
             self._fill(name, op, operands[name], counted)
+        c_operand = operands.get("C")
+        own_c = c_operand is not None and c_operand.array is self._own["C"]
+        # β·C of hpcmm's own C must be read before the product overwrites it.
+        kept = self._own["C"].copy() if own_c and self.beta != 0 else None
         backend.synchronize()
         comm.Barrier()  # the peers read these blocks from now on
         times = engine.multiply()
-        result = self._result(operands.get("C"), counted)
+        if own_c:
+            self._scale_own(kept)
+            result = c_operand.array
+        else:
+            result = self._result(c_operand, counted)
         self.last = ExecuteTimes(perf_counter() - start, float(times.seconds), counted["copied"], counted["moved"])
         return c if c is not None else result
 
@@ -268,6 +277,17 @@ class Matmul:
         if target.size:
             target[...] = self._backend.xp.asarray(_apply_op(data, op))
             counted["copied"] += int(target.nbytes)
+
+    def _scale_own(self, kept) -> None:
+        """α·(the product) + β·(C as it was), in hpcmm's own C."""
+        product = self._own["C"]
+        if not product.size:
+            return
+        if self.alpha != 1:
+            product *= self.alpha
+        if kept is not None:
+            kept *= self.beta
+            product += kept
 
     def _result(self, c_operand, counted: dict):
         """α times the engine's C, plus β·C, in the caller's layout and memory."""

@@ -23,9 +23,9 @@ with hpcmm.Matmul(comm, size, size, size, dtype) as mm:
     rng = xp.random.default_rng(comm.rank) if hasattr(xp.random, "default_rng") else xp.random
     a_own[...] = rng.standard_normal(a_own.shape)
     b_own[...] = rng.standard_normal(b_own.shape)
-    kinds = {"own blocks": (a_own, b_own), "copied in": (a_own.copy(), b_own.copy())}
-    c = mm.empty("C")
-    for kind, (a, b) in kinds.items():
+    c_own = mm.empty("C")
+    kinds = {"own blocks": (a_own, b_own, c_own), "copied in": (a_own.copy(), b_own.copy(), c_own.copy())}
+    for kind, (a, b, c) in kinds.items():
         calls, products = [], []
         for i in range(13):
             mm.execute(a, b, c)

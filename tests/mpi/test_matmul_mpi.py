@@ -129,21 +129,31 @@ def test_a_callers_layout_that_is_not_the_plans(op_a):
         np.testing.assert_allclose(whole, 2.0 * a @ b - c0, rtol=1e-12, atol=1e-12 * k)
 
 
+def _like(target, host):
+    """``host`` as an array of ``target``'s kind (cupy for hpcmm's blocks on a GPU)."""
+    if isinstance(target, np.ndarray):
+        return host
+    import cupy  # noqa: PLC0415 - only where the blocks are on a GPU
+
+    return cupy.asarray(host)
+
+
 def test_own_blocks_are_not_copied():
     comm = MPI.COMM_WORLD
     rank = comm.rank
-    (m, n, k), a, b, _, _, _ = _problem(7, "float32", "N", "N")
-    with hpcmm.Matmul(comm, m, n, k, "float32") as mm:
-        layout = mm.plan().layout
-        a_block, b_block = mm.empty("A"), mm.empty("B")
-        a_block[...] = layout.block("A", rank, a)
-        b_block[...] = layout.block("B", rank, b)
-        c = mm.empty("C")
-        mm.execute(a_block, b_block, c)
-        assert mm.last.copied_bytes == c.nbytes  # C written out, A and B used where they lie
-        whole = hpcmm.gather(comm, layout, c)
-    if rank == 0:
-        np.testing.assert_allclose(whole, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4 * k)
+    (m, n, k), a, b, c0, _, _ = _problem(7, "float32", "N", "N")
+    exact = a.astype(np.float64) @ b
+    for alpha, beta in ((1.0, 0.0), (2.0, -1.0)):  # β ≠ 0: hpcmm's own C is read before the product
+        with hpcmm.Matmul(comm, m, n, k, "float32", alpha=alpha, beta=beta) as mm:
+            layout = mm.plan().layout
+            a_own, b_own, c_own = mm.empty("A"), mm.empty("B"), mm.empty("C")
+            for own, name, whole in ((a_own, "A", a), (b_own, "B", b), (c_own, "C", c0)):
+                own[...] = _like(own, layout.block(name, rank, whole))
+            assert mm.execute(a_own, b_own, c_own) is c_own
+            assert mm.last.copied_bytes == 0  # A, B and C used where they lie
+            got = hpcmm.gather(comm, layout, c_own)
+        if rank == 0:
+            np.testing.assert_allclose(got, alpha * exact + beta * c0, rtol=1e-4, atol=1e-4 * k)
 
 
 def test_matmul_function_and_its_dtype_from_a():
