@@ -187,7 +187,7 @@ def measure_candidates(backend, case, warmup: int = 1, repeats: int = 3, timer: 
         backend.synchronize()
         # Rounds of one timed product per candidate, the order rotating from round to round: under a
         # long float64 load the clocks drift, and a fixed order would give the first candidates the
-        # cooler GPU (docs/benchmarks.md, the fourth speed run).  A candidate's first turn takes its warm-ups.
+        # cooler GPU (benchmarks/results/2026-11-30/gemm-hint-and-cublaslt.json).  A candidate's first turn takes its warm-ups.
         for turn in range(repeats):
             for i in _rotated(len(cands), turn):
                 if notes[i]:

@@ -3,7 +3,7 @@
 ``cublasGemmEx`` takes the algorithm its heuristics rank first for a shape.  cuBLASLt, through
 nvmath-python's :class:`nvmath.linalg.advanced.Matmul`, can instead time its candidates on the shape
 and keep the fastest (``autotune``).  Neither wins everywhere.  On one H200, on the step shapes of a
-2-rank run (``tests/gpu/gemm_probe.py``, docs/benchmarks.md), the autotuned algorithm ran float64
+2-rank run (``tests/gpu/gemm_probe.py``, benchmarks/results/2026-11-30/gemm-hint-and-cublaslt.json), the autotuned algorithm ran float64
 4096×8192×4096 15 % and 8192×16384×1024 13 % faster, tf32 9 % and the float64 and float32 8192-deep
 steps 2 %, while float16 and bfloat16 lost 2–7 %.  In 2-rank products on 2 H200 (the same call,
 ``HPCMM_GEMM_LIBRARY`` alternating) it gained float64 4096 +10.8 %, 8192 +3.3 %, float32 8192 +2.4 %,

@@ -74,7 +74,7 @@ ALIGN_BYTES = 128
 
 #: Weighted blocks on GPUs start at multiples of this many rows, columns and k (within one
 #: quantum of the weights; :mod:`hpcmm.arrangement` and the cost model lay them out so): cuBLAS
-#: runs odd and unaligned local shapes far below the rate of aligned ones (docs/benchmarks.md,
+#: runs odd and unaligned local shapes far below the rate of aligned ones (benchmarks/results/2026-11-30/shared-gpus.json,
 #: "Several ranks on one GPU"), while 64 elements move a block by at most 0.4 % of a 16384 matrix.
 GPU_BLOCK_QUANTUM = 64
 
@@ -161,7 +161,7 @@ def weighted_bounds(n: int, weights: Sequence[float], quantum: int = 1) -> tuple
     nearest multiple of ``quantum`` (the last block ends at ``n``), so every
     size is within one quantum of its ideal.  GEMMs of an odd or unaligned
     local shape run far below the rate of aligned ones (float64 on an H200:
-    3801 rows ran 40 % slower per row than 3744 beside it, docs/benchmarks.md).
+    3801 rows ran 40 % slower per row than 3744 beside it, benchmarks/results/2026-11-30/shared-gpus.json).
 
     Examples
     --------

@@ -105,7 +105,7 @@ class GemmCurve:
         Measured local shapes: C block m×n in steps of depth w ran at ``share`` of ``tflops``, the pass
         over C included.  Such a shape takes its measured rate instead of the curve's, which has one
         term per dimension and cannot tell a tall block from a wide one of the same area (on one H200,
-        float64, 8192×4096 ran 11 % slower than 16384×2048, docs/scaling.md).
+        float64, 8192×4096 ran 11 % slower than 16384×2048, docs/scaling.md section 1).
     """
 
     tflops: float
@@ -199,7 +199,7 @@ class Machine:
         Rate kept when several ranks time-slice one device.
     mps_device_efficiency : float
         Rate kept when several ranks share one device as clients of an MPS server (their kernels
-        run side by side): 1.0 by the runs of docs/benchmarks.md, where 3, 5 and 8 ranks on 2 GPUs
+        run side by side): 1.0 by the runs of docs/performance.md, where 3, 5 and 8 ranks on 2 GPUs
         under MPS ran at 101–107 % of 2 ranks.
     host_step_us : float
         Host time of one channel's fetch call (Python, MPI bookkeeping).
@@ -1280,7 +1280,7 @@ def fit_staged_by_size(single, concurrent, copy_gbps: float, chunk_bytes: int,
     every pair of the file; the contention, the median over every size and ``k`` of
     ``(rate alone / rate of each of k at once - 1) / (k - 1)``: one figure, as the pairs at
     once slowed each other by about the same share at every size from 4 to 128 MiB
-    (docs/scaling.md, section 1).  Sizes under 4 MiB are left out of it: the host's latency,
+    (docs/scaling.md, section 2).  Sizes under 4 MiB are left out of it: the host's latency,
     not its rate, sets them.
 
     >>> single = [(2**20 * s, 74e-6 + 2**20 * s / 8e9) for s in (4, 16)]
@@ -1518,7 +1518,7 @@ class CheckRow:
 def machine_for(created: str, machines) -> Machine:
     """Which of several descriptions predicts a run that ended at ``created`` (ISO 8601): the one
     whose links were measured last before it; a run before all of them (or of no known time),
-    the first.  The machine's links drift (docs/scaling.md section 1): a run is predicted with the
+    the first.  The machine's links drift (docs/scaling.md section 2): a run is predicted with the
     links measured nearest before it.
 
     >>> a, b = Machine("a", links_measured="2026-11-30T16:44:00+00:00"), Machine("b", links_measured="2026-11-30T16:47:00+00:00")
@@ -2023,7 +2023,7 @@ def relink(base: Machine, transport: str) -> Machine:
     curves kept, every link the files measure replaced.
 
     A link can drift while a GEMM curve holds: the host MPI's rate of one staged pair went from 7.68
-    to 9.38 GB/s within minutes of one call (docs/scaling.md section 1, the eleventh call).
+    to 9.38 GB/s within minutes of one call (benchmarks/results/2026-11-30/model-check-summary.json).
     """
     fields = dataclasses.asdict(base)
     _with_links(fields, transport, base.device == "gpu")

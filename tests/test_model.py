@@ -353,7 +353,7 @@ def test_describe_says_the_split_relay_is_not_built():
     assert "does not build" not in model.describe(prob, predict(prob, 8, machine, ranks_per_node=4), machine)
 
 
-# The published clusters of docs/scaling.md section 2: (machine, m, n, k, ranks, TFLOP/s in that table).
+# The published clusters of docs/scaling.md section 3: (machine, m, n, k, ranks, TFLOP/s in that table).
 PUBLISHED = [
     ("daint-p100", 17408, 17408, 3473408, 128, 115.8),
     ("daint-p100", 17408, 17408, 3473408, 1024, 346.4),
@@ -376,7 +376,7 @@ def test_published_cluster_descriptions_load_and_name_sources(name, tmp_path):
 
 @pytest.mark.parametrize("name,m,n,k,ranks,table", PUBLISHED)
 def test_published_cluster_predictions(name, m, n, k, ranks, table):
-    """Finite, positive, below the machine's GEMM peak, and what docs/scaling.md section 2 prints."""
+    """Finite, positive, below the machine's GEMM peak, and what docs/scaling.md section 3 prints."""
     machine = builtin(name)
     p = predict(Problem(m, n, k), ranks, machine)
     peak = ranks * machine.gemm["float64"].tflops
@@ -684,7 +684,7 @@ def test_model_narrows_the_panel_where_the_ring_does_not_fit():
 
 # The per-type panel sweep of 2026-11-30 (tests/gpu/speed_check.sh panels; the last row from the third
 # speed run), 2 ranks on one node over IPC, system MPI: (type, n = m = k, --panel, measured seconds).
-# Predicted with that day's description (h200x2-2026-11-30-system-c.json), whose tf32 curve was not
+# Predicted with that day's description (benchmarks/results/2026-11-30/machines/h200x2-2026-11-30-system-c.json), whose tf32 curve was not
 def test_sweep_times_tf32_in_the_order_the_run_takes():
     """tf32's curve must come from the GEMM the run calls (A re-laid out row-major), not the stored order."""
     from hpcmm.gemm_orders import gemm_order

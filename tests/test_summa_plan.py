@@ -183,7 +183,7 @@ def test_auto_panel_leaves_no_sliver_step(on_gpu, grid):
             _assert_narrow_only_in_narrow_ranges(layout, auto_panel(layout, 8, on_gpu, shared=shared))
 
 
-# The panel sweeps of docs/benchmarks.md (2 x H200, 2 ranks, grid 2x1), TFLOP/s by --panel; the rule
+# The panel sweeps of docs/performance.md and benchmarks/results/2026-11-30/panel-sweep-float64.json (2 x H200, 2 ranks, grid 2x1), TFLOP/s by --panel; the rule
 # must pick the fastest width, or one within 0.1 % of it.  Keys: (n, itemsize, type).
 PANEL_SWEEP = {
     (16384, 8, "float64"): {1024: 99.67, 2048: 102.01, 4096: 102.06, 8192: 103.54},

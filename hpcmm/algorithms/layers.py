@@ -4,7 +4,7 @@ Pure (no MPI): the ranks are given as their nodes, ``nodes[v]`` the ranks of
 (virtual) node ``v`` in node-local order, so one process can check every rank
 of any shape.
 
-Rules (docs/scaling.md, section 4):
+Rules (docs/scaling.md, section 5):
 
 * every node has the same rank count ``R``, and ``C`` divides it; ``q = R / C``;
 * layer ``l`` of a node is its node-local ranks ``[l·q, (l+1)·q)``; the layer's

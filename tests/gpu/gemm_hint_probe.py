@@ -2,7 +2,7 @@
 
     python3 tests/gpu/gemm_hint_probe.py [--cases CASES] [--rounds R] [--json FILE]
 
-One device, no MPI.  In both speed runs with one-GPU candidates (docs/benchmarks.md) ``cupy.matmul``
+One device, no MPI.  In both speed runs with one-GPU candidates (benchmarks/results/2026-11-30/) ``cupy.matmul``
 with A column-major and B row-major ran float64 16384³ 5.6–5.9 % faster than hpcmm's own call on the
 same orders, while float32 matched within 0.1 %.  Both call ``cublasGemmEx``; cupy passes the
 algorithm hint ``CUBLAS_GEMM_DEFAULT_TENSOR_OP`` (99) where hpcmm passes ``CUBLAS_GEMM_DEFAULT`` (-1),

@@ -13,7 +13,7 @@ and B w×n in the operand orders the run's GEMM takes for the type (:func:`hpcmm
 
 Each is timed by events on one stream, median of ``--repeats`` after one warm-up, and printed in TFLOP/s
 with its ratio to ``hpcmm gemm``: where cuBLASLt's choice beats cublasGemmEx on these shapes, hpcmm's
-GEMM should take it (docs/benchmarks.md).  Where nvmath does not import, or the device is a CPU (numpy:
+GEMM should take it (benchmarks/results/2026-11-30/gemm-hint-and-cublaslt.json).  Where nvmath does not import, or the device is a CPU (numpy:
 only ``hpcmm gemm`` runs), its rows say why.  The default cases are the steps of 2 ranks on 2 GPUs
 (16384: C blocks 8192×16384, panels up to 8192 and the ramp's 1024; 32768 for bfloat16; 4096 and 8192).
 """

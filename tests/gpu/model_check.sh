@@ -21,11 +21,11 @@
 # Repeats: every staged case (and every 2.5d case, and every CUDA-aware case of 4 ranks on a GPU) runs
 # MODEL_CHECK_REPEATS times (default 3), in rounds (each case once, then each again), and model check adds
 # the prediction's error against their median: two runs of one staged case in one call differed by 27-32 %
-# (docs/scaling.md, section 1).
+# (docs/scaling.md, section 2).
 # Links again: before every round `bench transport` runs again as calibrate ran it and `model links` makes
 # a description with its links (GEMM curves kept); model check predicts each run with the links measured
 # last before it, and prints the worst error with calibrate's links alone beside it (TABLE-start.txt).
-# The staged path drifted within the minutes of one call, either way (docs/scaling.md, section 1).
+# The staged path drifted within the minutes of one call, either way (docs/scaling.md, section 2).
 # MODEL_CHECK_RELINK=0 leaves it out.
 # About 8.5 minutes of GPU time for system and 2.5d together with the repeats and the links again (6 without
 # the links again, 3 without repeats), about 5.5 for cuda-aware (3.5 with one run each): give each its

@@ -6,7 +6,7 @@ Launch on one node, every rank on GPU 0, no MPS daemon::
                                                       [--seconds 1.5] [--json FILE]
 
 Rank 0 multiplies float64 blocks (``C = A·B``, by default the C block and panel of a full step of
-summa 10007x6001x6007 at 8 ranks, rpn 4: the case docs/scaling.md section 1 leaves open), one
+summa 10007x6001x6007 at 8 ranks, rpn 4: a case docs/scaling.md section 2 lists as open), one
 GEMM at a time, each timed with CUDA events as the engine's timeline times it.  The other ranks
 are the other contexts of that GPU.  Phases of ``--seconds`` each (the table ``PHASES``):
 
@@ -34,7 +34,7 @@ are the other contexts of that GPU.  Phases of ``--seconds`` each (the table ``P
 ``product steps``
     every rank queues 8 steps as the engine queues them, then waits: a chunk copy each way on the
     other stream, the compute stream waiting on its event, then the GEMM (the open case of
-    docs/scaling.md section 1 has a GPU idle while its contexts' GEMMs wait so).
+    docs/scaling.md section 2 has a GPU idle while its contexts' GEMMs wait so).
 
 Rank 0 prints, per phase, its GEMMs' median, 90th percentile and maximum, the GPU's TFLOP/s over
 every rank's GEMMs, and the other ranks' copies in GB/s; ``--json`` writes the same.  The cost model (``hpcmm.model``) runs
