@@ -12,35 +12,18 @@ An order is written as two letters, A's then B's: ``FC`` is the stored order
 (no re-layout), ``CF`` means A row-major and B column-major.  C is row-major
 always.
 
-Measured (TFLOP/s, ``cupy.matmul`` on one H200 with C row-major, the mean of
-2 GPUs of one run; ``*`` the fastest; orders as A:B)::
-
-    type      size    CC       CF       FC       FF      → rule
-    float64   16384   55.69    49.28    58.54*   53.83
-              32768   51.01    56.39*   55.32    50.97   → FC (as stored)
-    float32   16384   53.91    50.49    54.30*   51.01
-              32768   52.86    49.74    54.35*   51.31   → FC (as stored)
-    tf32      16384  363.66*  345.72   223.17   344.85   → CC
-    float16   16384  740.78   750.35*  716.61   747.60
-              32768  663.02*  655.38   657.01   656.42   → FC (as stored)
-    bfloat16  16384  783.26   806.67*  723.03   742.52
-              32768  686.66   691.01   675.64   692.01*  → FC (as stored)
-
-The rule (:func:`choose`): the order within 1 % of the fastest at every
-measured size; where several are, the one with fewest panels to re-lay out;
-where none is, the stored order, which costs nothing.  And a re-layout must
-pay for itself: an order other than the stored one is taken only where it
-beats the stored order by :data:`MIN_GAIN` (15 %) at every measured size.
-The transposing copy runs beside the GEMM and competes with it for the SMs:
-on 2 × H200, float16 16384 at 2 ranks re-laying out its 128 MiB B panels
-(``FF``) spent about 1.1 ms per panel on the copy against 1.46 ms of GEMM,
-exposed 13 % of the product and ran at 1192 TFLOP/s, where the stored order
-had run at 1330.  So only tf32 re-lays out (``CC``, 63 % over the stored
-order); bfloat16 (12 % at 16384) and float16 (5 %) keep the stored order, as
-do float64 (no order within 1 % at both sizes) and float32 (the stored
-order is the fastest at both); the complex types were not measured.
-hpcmm's own GEMM call in the stored order ran at 55.29, 54.29, 222.78, 695.16
-and 715.72 (16384) for the five types above, near ``cupy.matmul`` in ``FC``.
+The rule (:func:`choose`): per type, the order within 1 % of the fastest at
+every measured size of the one-GPU rates (:data:`MEASURED`); where several
+are, the one with fewest panels to re-lay out; where none is, the stored
+order, which costs nothing.  A re-layout must also pay for itself: an order
+other than the stored one is taken only where it beats the stored order by
+:data:`MIN_GAIN` (15 %) at every measured size, because the transposing copy
+runs beside the GEMM and competes with it for the SMs.  On 2 × H200 that
+leaves tf32 alone re-laying out (A row-major, ``CC``); float64, float32,
+float16 and bfloat16 keep the stored order; the complex types were not
+measured.  Evidence: ``benchmarks/results/2026-11-30/gemm-operand-orders.json``
+(the rates by order, the cost of a float16 re-layout, tf32 at 2 ranks) and
+docs/performance.md, "How to tune".
 
 On the CPU numpy takes any order at the same speed, so the stored order is
 used unless ``HPCMM_GEMM_ORDER`` asks for another (which lets a CPU-only test

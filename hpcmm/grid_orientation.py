@@ -1,59 +1,21 @@
 """Which way the default process grid faces: each rank's C block wider than tall, or taller than wide.
 
-``MPI.Compute_dims(size, 2)`` gives the most square grid with ``rows >= cols``: for a square product at
-2 ranks a 2 × 1 grid, whose C blocks are ``m/2 × n`` (wider than tall).  Its transpose, 1 × 2, moves as
-many bytes per step (A panels ``m × w`` along the row instead of B panels ``w × n`` down the column),
-but hands cuBLAS the other shape, and cuBLAS's kernels do not run both at one rate.  On one H200, in
-hpcmm's operand orders (A column-major, B and C row-major; ``tests/gpu/gemm_probe.py``, medians of 10,
-docs/benchmarks.md), float64:
+``MPI.Compute_dims(size, 2)`` gives the most square grid with ``rows >= cols`` (2 ranks: 2 × 1, C
+blocks ``m/2 × n``).  Its transpose moves as many bytes per step but hands cuBLAS the other block
+shape, and float64's kernels run the tall block faster (on one H200 within 4 % of the whole product's
+rate, the wide one 13–16 % below).  So ``auto`` (the default) faces the grid *tall* (``rows <= cols``)
+for :data:`TALL_KINDS` on the GPUs of one (virtual) node, and keeps the *wide* grid for the other
+types, on CPUs and across nodes, where the face also decides which panels cross the network.
 
-=====================  ===============  ==============
-C block × depth        cublasGemmEx     cuBLASLt tuned
-=====================  ===============  ==============
-8192 × 16384 × 8192    49.05 TFLOP/s    51.03
-16384 × 8192 × 8192    56.43            51.94
-8192 × 16384 × 16384   48.93            50.92
-16384 × 8192 × 16384   58.17            56.47
-16384³ (one GPU)       58.82            57.07
-=====================  ===============  ==============
+Where ranks share GPUs, ``auto`` takes one process row (face ``row``, ``1 × P``): every rank a
+full-height strip of C, only A panels moving, each GPU's ranks running tall GEMMs.  It stops at
+:data:`ROW_MOST_RANKS` ranks (one row sends each rank (P − 1)/P of A) and needs each strip to keep
+:data:`ROW_LEAST_COLUMNS` columns of C; narrower strips take the tall grid.
+``HPCMM_GRID_ORIENTATION=wide``, ``tall`` or ``row`` fixes the face; ``--grid`` overrides them all.
 
-The wide block runs 13–16 % below one GPU's rate on the whole product, the tall one within 4 %: so a
-2-rank float64 16384 run on a 2 × 1 grid can reach no more than about 87 % of two GPUs, whatever its
-transfers do.  Hence ``auto`` (the default) faces the grid *tall* (``rows <= cols``) for the kinds in
-:data:`TALL_KINDS` on GPUs of one (virtual) node, and keeps ``MPI.Compute_dims``'s *wide* grid for the
-other types, on CPUs (where no measurement asked for a change) and across nodes: there the grid's face
-also decides which panels cross the network and how a node's ranks fill the grid's rows, which the
-cost model weighs (:mod:`hpcmm.model`) and no run here has measured.  ``HPCMM_GRID_ORIENTATION=wide``
-or ``tall`` fixes it (``row`` too, below); ``--grid`` overrides them all.  Weighted layouts (ranks sharing a
-GPU) start from the same grid (:func:`hpcmm.layout.fit_grid`'s preferred shape).
-
-Where ranks share GPUs, ``auto`` goes further for those kinds: one process row (face ``row``, a
-``1 × P`` grid), every rank a full-height strip of C.  Only A panels move (along the row, between the
-ranks of one GPU as device-to-device copies), B stays where it is, and each GPU's ranks run tall
-GEMMs.  Measured on 2 × H200, float64 16384, 8 ranks (four per GPU), one call, products verified:
-
-==========  ===============  ==============
-grid        time-sliced      under MPS
-==========  ===============  ==============
-2 × 4       92.24 TFLOP/s    101.39
-4 × 2       92.35            101.07
-8 × 1       92.39            99.84
-1 × 8       101.41           112.84
-==========  ===============  ==============
-
-against 108.09 and 108.31 at 2 ranks in the same call.  The GEMMs alone
-(``tests/gpu/sharing_ceiling.py``: four ranks on one GPU, each its 2 × 4 block, 8192 × 4096 in steps
-of 2048) ran at 47.88 TFLOP/s time-sliced and 52.31 under MPS, against 59.92 for one rank with a
-2-rank run's block: the 2 × 4 grid loses most of its 15 % in the GEMMs' shape before any transfer.
-Prime rank counts (3, 5) already take ``1 × P`` under ``tall``; ``row`` changes the composite ones.
-It stops at :data:`ROW_MOST_RANKS`: one row of P ranks sends each rank (P − 1)/P of A, where the
-most square grid sends it a fraction that falls with √P (8 ranks: 0.88 against 0.50; 24: 0.96 against
-0.33), and the cost model (:mod:`hpcmm.model`, the ``h200x8-ndr`` node, float64 16384) has one row of
-24 and 32 ranks on 8 GPUs 29 and 24 % slower than the tall grid; no run here had more than 8 ranks.
-And it needs each rank's strip to keep :data:`ROW_LEAST_COLUMNS` columns of C: 10007 × 6001 × 3001 at 8
-ranks (strips of 750 columns, GEMMs of 10007 × 750) ran 50.52 and 50.59 TFLOP/s on ``1 × 8`` under the
-system and the CUDA-aware MPI, against 66.07 and 65.96 on ``2 × 4`` in the check before (products
-verified); narrower strips take the tall grid.  Between 750 and 2048 columns nothing was measured.
+Evidence (2 × H200): docs/performance.md, "How to tune"; the GEMM probe by block face and the
+wide/tall A/B in ``benchmarks/results/2026-11-30/bench-grid-orientation.json``; the grid for 8 ranks
+on 2 GPUs and the strip width in ``benchmarks/results/2026-11-30/shared-gpus.json`` and ``gpu-checks.json``.
 """
 
 from __future__ import annotations
@@ -68,7 +30,7 @@ __all__ = ["ORIENTATIONS", "ROW_LEAST_COLUMNS", "ROW_MOST_RANKS", "TALL_KINDS", 
 #: ``HPCMM_GRID_ORIENTATION``'s values.
 ORIENTATIONS = ("auto", "wide", "tall", "row")
 #: The kinds of GEMM (type, or ``tf32``) whose default grid faces tall on GPUs: where the tall C block
-#: measured faster (the module's table).
+#: measured faster (the module's notes).
 TALL_KINDS = ("float64",)
 #: The most ranks whose default grid is one process row where they share GPUs (the module's notes):
 #: as far as it was measured.

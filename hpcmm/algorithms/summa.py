@@ -188,12 +188,9 @@ def _ramp_widths(depth: int, panel: int) -> list[int]:
     return widths
 
 
-#: Panels in flight ahead of the GEMM by default (``--prefetch``): one panel, two for TF32 on GPUs.
-#: TF32's steps are short beside their transfers (5.7 ms of GEMM per 8192-wide step of 16384³ at 2 ranks
-#: on 2 × H200): with one panel ahead the second step's panel was late in five runs of six (14.5–15.2 %
-#: of the product exposed), with two in none (3.0–4.2 %). Six pairs in turns (docs/benchmarks.md,
-#: "TF32's prefetch"): prefetch 2 won all six, medians 706.7 against 667.7 TFLOP/s (+5.8 %); with the
-#: rule in place, three more pairs: 721.6 against 656.6 (+9.8 %).
+#: Panels in flight ahead of the GEMM by default (``--prefetch``): one panel, two for TF32 on GPUs,
+#: whose steps are short beside their transfers, so that with one panel ahead the next one arrives late
+#: (docs/performance.md, "How to tune"; the rounds: benchmarks/results/2026-11-30/bench-balance-prefetch.json).
 DEFAULT_PREFETCH = 1
 TF32_PREFETCH = 2
 
@@ -240,7 +237,7 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None =
     On a GPU every step's GEMM reads and writes its C block once (``beta =
     1``): a wide panel makes that pass a small part of the step, and fewer
     steps cost fewer launches and synchronisations.  The rule, fitted to the
-    panel sweeps of docs/benchmarks.md (2 × H200, 2 ranks): aim at
+    panel sweeps of docs/performance.md (2 × H200, 2 ranks): aim at
     :data:`GPU_PANEL` columns in every type, so that blocks up to 8192 deep go
     in one step and deeper ones in equal pieces.  A step never crosses the
     edge of an A or a B block, so what is cut is the deepest k range between
@@ -251,9 +248,8 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None =
 
     Where ranks share GPUs (``shared``: any GPU of the job holds several
     ranks) the target is :data:`SHARED_GPU_PANEL`: their GEMMs interleave on
-    one device, and the narrower steps measured faster (8 ranks on 2 × H200
-    under MPS, float64 16384: 99.25–99.44 TFLOP/s at 2048 against
-    96.51–97.69 at 4096; time-sliced the same within 0.5 %).  Blocks of
+    one device, and the narrower steps measured faster (docs/performance.md,
+    "How to tune").  Blocks of
     different depth (a weighted layout) deeper than it take that target itself: no width
     splits them all evenly, and an even split of the smallest is an odd width
     that every step's GEMM runs at (5 ranks, float64 16384: 2048 ran 3–4 %
