@@ -302,3 +302,24 @@ def test_jobs_readme_mps_recipe_is_the_shared_gpus_one():
     original = re.findall(r"```bash\n(.*?)```", shared, re.S)[0].splitlines()
     same = [line for line in recipe if line.startswith(("export CUDA_MPS", "mkdir", "nvidia-cuda", "trap"))]
     assert len(same) == 4 and all(line in original for line in same), same
+
+
+# -- claims of docs/performance.md and docs/scaling.md ----------------------------------------
+
+
+@pytest.mark.parametrize("page", ["performance.md", "scaling.md"])
+def test_speed_pages_name_what_exists(page):
+    """Every option, variable and file the pages name exists: hpcmm's options and HPCMM_* variables, the
+    jobs' JOB_* settings, and each repository path (data files of benchmarks/results/, scripts, modules)."""
+    text = (REPO / "docs" / page).read_text()
+    for option in set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", text)):
+        assert option in all_options(), f"{page}: {option}"
+    for name in set(re.findall(r"\bHPCMM_[A-Z_]+", text)):
+        assert name in ENVIRONMENT, f"{page}: {name}"
+    for name in set(re.findall(r"\bJOB_[A-Z_]+", text)):
+        assert f"`{name}`" in JOBS_README, f"{page}: {name}"
+    named = set(re.findall(r"`((?:benchmarks/results|tests|hpcmm|jobs)/[\w./-]+)`", text))
+    named |= {"benchmarks/results/2026-11-30/" + f for f in re.findall(r"`([\w-]+\.(?:json|csv))`", text)}
+    assert named, page
+    for path in named:
+        assert (REPO / path).exists(), f"{page}: {path}"
