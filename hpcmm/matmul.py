@@ -51,6 +51,10 @@ class ExecuteTimes:
     product_seconds: float  # the distributed product on the device (the engine's window)
     copied_bytes: int  # operand bytes copied into or out of hpcmm's blocks on this rank
     moved_bytes: int  # bytes sent to other ranks to change layouts
+    #: ``time.perf_counter()`` when the call began and when the product's window opened: on one
+    #: node a clock that the ranks share, so the job's call and product windows can be compared.
+    start: float = 0.0
+    product_start: float = 0.0
 
     @property
     def host_seconds(self) -> float:
@@ -262,7 +266,8 @@ class Matmul:
             result = c_operand.array
         else:
             result = self._result(c_operand, counted)
-        self.last = ExecuteTimes(perf_counter() - start, float(times.seconds), counted["copied"], counted["moved"])
+        self.last = ExecuteTimes(perf_counter() - start, float(times.seconds), counted["copied"], counted["moved"],
+                                 start, float(times.start))
         return c if c is not None else result
 
     def _fill(self, name: str, op: str, operand, counted: dict) -> None:

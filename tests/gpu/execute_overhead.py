@@ -2,8 +2,10 @@
 
     mpiexec -n 8 python tests/gpu/execute_overhead.py 8192 float64
 
-Prints, on rank 0, one JSON line per operand kind: the median over 10 executes of the slowest
-rank's call and of the slowest rank's product window, and their difference over the product.
+Prints, on rank 0, one JSON line per operand kind: the medians over 10 executes of the call's
+window (first rank's call to last rank's return) and of the product's (first rank's product start
+to last rank's end, as the command line times a product), on the clock the ranks of one node
+share, and the difference over the product: the host's part of an execute.
 """
 import json
 import sys
@@ -30,8 +32,11 @@ with hpcmm.Matmul(comm, size, size, size, dtype) as mm:
         for i in range(13):
             mm.execute(a, b, c)
             if i >= 3:
-                calls.append(comm.allreduce(mm.last.seconds, op=MPI.MAX))
-                products.append(comm.allreduce(mm.last.product_seconds, op=MPI.MAX))
+                last = mm.last
+                marks = comm.allgather((last.start, last.start + last.seconds, last.product_start,
+                                        last.product_start + last.product_seconds))
+                calls.append(max(m[1] for m in marks) - min(m[0] for m in marks))
+                products.append(max(m[3] for m in marks) - min(m[2] for m in marks))
         call, product = float(np.median(calls)), float(np.median(products))
         if comm.rank == 0:
             print(json.dumps({"ranks": comm.size, "n": size, "dtype": dtype, "operands": kind, "execute_s": call,
