@@ -61,6 +61,8 @@ import datetime
 import json
 import math
 import os
+import secrets
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -326,23 +328,131 @@ def builtin(name: str) -> Machine:
     return Machine(**BUILTIN[name])
 
 
+#: The longest file the model reads whole (a machine description, a saved one it replaces).
+MOST_DESCRIPTION_BYTES = 16 << 20
+
+
+def regular_file(flag: str, path: str) -> os.stat_result:
+    """Refuse ``path`` unless it is a regular file, before anything opens it.
+
+    Opening a FIFO waits for a writer, and h5py holds the interpreter's lock while HDF5
+    opens a file, so that nothing (not even the SIGTERM watcher) runs until one comes;
+    a device never ends.  Both are bad input here.
+
+    Raises
+    ------
+    InputError
+        Naming ``flag``, the path and what it is.
+    """
+    who = f"{flag}={path}" if flag.startswith("-") else f"{flag}: {path}"
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{who}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{who}: cannot read it ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{who}: is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{who}: not a regular file (a FIFO, a socket or a device): hpcmm reads files only")
+    return info
+
+
+def _read_json(flag: str, path: str, what: str):
+    """The JSON value in the regular file ``path`` (at most :data:`MOST_DESCRIPTION_BYTES`)."""
+    regular_file(flag, path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            data = os.read(fd, MOST_DESCRIPTION_BYTES + 1)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise InputError(f"{flag}={path}: cannot read {what} ({exc.strerror or exc})") from None
+    if len(data) > MOST_DESCRIPTION_BYTES:
+        raise InputError(f"{flag}={path}: more than {MOST_DESCRIPTION_BYTES >> 20} MiB, not {what}")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{flag}={path}: cannot read {what} ({' '.join(str(exc).split())})") from None
+
+
+def _number(value, *, whole: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) if whole else math.isfinite(value)
+
+
+def _rows_of_numbers(value, width: int) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(row, list) and len(row) == width and all(_number(x) for x in row) for row in value)
+
+
+def _description_problem(data: dict) -> str | None:
+    """What is wrong with the fields of a machine description read from JSON, or ``None``."""
+    if not isinstance(data.get("name"), str):
+        return "name: expected a text"
+    for f in dataclasses.fields(Machine):
+        if f.name not in data:
+            continue
+        value, kind = data[f.name], str(f.type)
+        ok = {"str": isinstance(value, str), "int": _number(value, whole=True), "float": _number(value),
+              "float | None": value is None or _number(value), "bool": isinstance(value, bool),
+              "tuple": _rows_of_numbers(value, 2)}.get(kind)
+        if f.name == "gemm":
+            ok = isinstance(value, dict)
+            for dtype, curve in value.items() if ok else ():
+                if dtype not in ITEMSIZE or not isinstance(curve, dict) or not _number(curve.get("tflops")) \
+                        or not curve["tflops"] > 0:
+                    return f"gemm.{dtype}: expected a type of {', '.join(ITEMSIZE)} and its curve with tflops > 0"
+                fields = {g.name for g in dataclasses.fields(GemmCurve)}
+                bad = sorted(set(curve) - fields)
+                if bad:
+                    return f"gemm.{dtype}: unknown field(s) {', '.join(bad)}"
+                for name, x in curve.items():
+                    if not (_rows_of_numbers(x, 4) if name == "shapes" else _number(x)):
+                        return f"gemm.{dtype}.{name}={json.dumps(x)[:60]}: expected " + (
+                            "rows of 4 numbers" if name == "shapes" else "a finite number")
+        if ok is False:
+            expected = {"str": "a text", "int": "an integer", "float": "a finite number", "bool": "true or false",
+                        "float | None": "a finite number or null", "tuple": "rows of 2 numbers",
+                        "dict": "an object"}.get(kind, kind)
+            return f"{f.name}={json.dumps(value)[:60]}: expected {expected}"
+    return None
+
+
 def load_machine(spec: str) -> Machine:
-    """``spec`` is a JSON file (a saved :class:`Machine`) or a built-in name."""
-    if os.path.isfile(spec):
-        try:
-            with open(spec, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--machine={spec}: cannot read a machine description ({exc})") from None
-        known = {f.name for f in dataclasses.fields(Machine)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InputError(f"--machine={spec}: unknown field(s) {', '.join(unknown)}")
-        try:
-            return Machine(**data)
-        except TypeError as exc:
-            raise InputError(f"--machine={spec}: {exc}") from None
-    return builtin(spec)
+    """``spec`` is a JSON file (a saved :class:`Machine`) or a built-in name.
+
+    A file is bad input (:class:`InputError`, one line) unless it is a regular file
+    holding a JSON object whose fields have the types of :class:`Machine`'s, and the
+    model can predict a small product with it.
+    """
+    if not (os.path.lexists(spec) or spec.endswith(".json") or os.sep in spec):
+        return builtin(spec)
+    data = _read_json("--machine", spec, "a machine description")
+    if not isinstance(data, dict):
+        raise InputError(f"--machine={spec}: a machine description is a JSON object, not {type(data).__name__}")
+    known = {f.name for f in dataclasses.fields(Machine)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"--machine={spec}: unknown field(s) {', '.join(unknown)}")
+    wrong = _description_problem(data)
+    if wrong is not None:
+        raise InputError(f"--machine={spec}: {wrong}")
+    try:
+        machine = Machine(**data)
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise InputError(f"--machine={spec}: {exc}") from None
+    try:  # what the fields' types cannot say (a rate of 0 a division meets): a small product tells
+        for dtype in machine.gemm:
+            predict(Problem(512, 512, 512, dtype), 2, machine)
+    except InputError:
+        pass  # a setting the real prediction reports, naming its option
+    except Exception as exc:  # noqa: BLE001 - a description the model cannot use is bad input
+        raise InputError(f"--machine={spec}: the model cannot use it ({type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())})") from None
+    return machine
 
 
 # -- the problem and the placement ------------------------------------------------------
@@ -1424,8 +1534,154 @@ def parse_shapes(text: str | None) -> list[tuple[int, int, int]]:
     return shapes
 
 
+#: The most SUMMA steps (k / panel) one prediction may simulate, and the most rank-steps (ranks
+#: times steps): the model walks every step of every rank in Python, about 0.1 ms per step and
+#: 6 µs per rank-step, so these bounds keep a prediction within seconds.  Above them the sizes
+#: are bad input (a wider --panel or fewer ranks bring a problem back under them).
+MOST_STEPS = 2**15
+MOST_RANK_STEPS = 2**20
+
+#: The most bytes an operand may take: the model counts them in 64-bit integers.
+MOST_OPERAND_BYTES = 2**62
+
+
+def check_problem(prob: Problem, ranks: int, machine: Machine, *, panel: int | None = None,
+                  algo: str = "summa", grid: tuple[int, int] | None = None, ranks_per_host: int | None = None,
+                  what: str = "") -> None:
+    """Refuse a prediction the model cannot compute in seconds, before it starts.
+
+    The bound is on the fewest steps the prediction can take: ``k`` over the widest
+    panel it could choose (:data:`~hpcmm.algorithms.summa.GPU_PANEL`, or ``k`` on one rank;
+    where the operands exceed the memory of every rank's device together, nothing fits and the
+    model takes its narrowest width, :data:`~hpcmm.algorithms.summa.NARROWEST_FALLBACK`),
+    shared among at most 8 layers for 2.5d.
+
+    Raises
+    ------
+    InputError
+        Naming the sizes (and ``what``: the file they came from) and the bound.
+    """
+    from .algorithms.summa import GPU_PANEL, NARROWEST_FALLBACK  # noqa: PLC0415
+
+    where = f"{what}: " if what else ""
+    shape = f"--m={prob.m} --n={prob.n} --k={prob.k}"
+    for name, rows, cols in (("A", prob.m, prob.k), ("B", prob.k, prob.n), ("C", prob.m, prob.n)):
+        if rows * cols * prob.itemsize > MOST_OPERAND_BYTES:
+            raise InputError(f"{where}{shape}: {name} ({rows} x {cols} {prob.dtype}) takes more than 2**62 bytes, "
+                             "more than the model counts")
+    if ranks > MOST_RANK_STEPS:
+        raise InputError(f"{where}--ranks={ranks}: more than the {MOST_RANK_STEPS} ranks the model places")
+    operands = (prob.m * prob.k + prob.k * prob.n + prob.m * prob.n) * prob.itemsize
+    # The devices the ranks sit on (place()'s rule): every rank on one host of a one-host machine.
+    per_host = ranks_per_host or (ranks if machine.hosts == 1 else min(ranks, machine.devices_per_node))
+    devices = min(ranks, -(-ranks // max(1, per_host)) * machine.devices_per_node)
+    held = devices * machine.memory_gib * 2**30
+    widest = panel or (min(NARROWEST_FALLBACK, prob.k) if operands > held else prob.k if ranks == 1 else GPU_PANEL)
+    text = str(algo)
+    layers = 1 if not text.startswith("2.5d") else (
+        int(text.split(":", 1)[1]) if text.startswith("2.5d:") and text.split(":", 1)[1].isdigit() else 8)
+    steps = -(-prob.k // (min(widest, prob.k) * max(1, layers)))
+    why = (f"at least {steps} steps (k over a panel of {min(widest, prob.k)}"
+           + (f", the narrowest: the operands' {operands / 2**30:.4g} GiB exceed the {held / 2**30:.4g} GiB of "
+              f"{devices} device(s)" if operands > held and not panel else "") + ")")
+    if layers == 1:  # SUMMA's panels end at every block edge: a step at least per block of k
+        blocks = min(prob.k, max(grid or compute_dims(ranks)))
+        if blocks > steps:
+            steps, why = blocks, f"at least {blocks} steps (one per block of k on the grid)"
+    if steps > MOST_STEPS:
+        raise InputError(f"{where}{shape}: the model would simulate {why}, more than {MOST_STEPS}; "
+                         "give a wider --panel or a smaller problem")
+    if steps * ranks > MOST_RANK_STEPS:
+        raise InputError(f"{where}{shape} --ranks={ranks}: the model would simulate {why} on each of {ranks} "
+                         f"ranks, more than {MOST_RANK_STEPS} rank-steps")
+
+
+def _whole_numbers(flag: str, text: str) -> list[int]:
+    """``--nodes``/``--sizes``: comma-separated integers of at least 1."""
+    from .config import parse_positive_int  # noqa: PLC0415
+
+    values = [parse_positive_int(flag, item) for item in str(text).split(",") if item.strip()]
+    if not values:
+        raise InputError(f"{flag}={text!r}: expected comma-separated integers >= 1")
+    return values
+
+
+def _check_save(path: str, inputs: list[tuple[str, str]]) -> None:
+    """``--save``: a new file, or a machine description hpcmm may replace; never one of ``inputs``."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.islink(path) and not os.path.exists(path):
+        raise InputError(f"--save={path}: a symbolic link to {os.readlink(path)}, which does not exist")
+    if not os.path.isdir(directory):
+        raise InputError(f"--save={path}: directory {directory} does not exist")
+    for flag, source in inputs:
+        with contextlib.suppress(OSError):
+            if os.path.abspath(source) == os.path.abspath(path) or os.path.samefile(source, path):
+                raise InputError(f"--save={path} is the input file {flag}={source}: hpcmm never replaces its inputs")
+    if os.path.lexists(path):
+        data = _read_json("--save", path, "a machine description")
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            raise InputError(f"--save={path}: exists and is not a machine description (hpcmm replaces only those)")
+    try:
+        fd, tmp = _new_beside(path)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise InputError(f"--save={path}: directory {directory} is not writable ({exc.strerror or exc})") from None
+
+
+def _new_beside(path: str) -> tuple[int, str]:
+    """A new hidden file beside ``path`` (never an existing one): its descriptor and name."""
+    directory, base = os.path.split(os.path.abspath(path))
+    while True:
+        tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def check_options(ns) -> None:
+    """Everything ``model`` reads, checked before it predicts, measures or writes anything.
+
+    Options, machine descriptions, results and ``bench transport`` files, and
+    ``--save``: each a bad input of its own (:class:`InputError`, one line).
+    """
+    from .config import parse_positive_int  # noqa: PLC0415
+
+    specs = (ns.machine or DEFAULT_MACHINE).split(",") if ns.what == "check" else [ns.machine or DEFAULT_MACHINE]
+    machines = [load_machine(spec) for spec in specs]
+    if ns.files and ns.what != "check":
+        raise InputError(f"model {ns.what}: takes no files (given {ns.files[0]}); model check reads results files")
+    transport = [p for p in (ns.transport or "").split(",") if p] if ns.transport else []
+    if ns.transport is not None and not transport:
+        raise InputError(f"--transport={ns.transport!r}: name a `bench transport` file")
+    for path in transport:
+        regular_file("--transport", path)
+    if ns.what in ("measure", "links") and ns.save:
+        inputs = [("--transport", p) for p in transport]
+        inputs += [("--machine", spec) for spec in specs if os.path.lexists(spec)]
+        _check_save(ns.save, inputs)
+    if ns.sweep_seconds is not None and not (math.isfinite(ns.sweep_seconds) and ns.sweep_seconds > 0):
+        raise InputError(f"--sweep-seconds={ns.sweep_seconds}: expected a positive number of seconds")
+    if ns.what == "scaling":
+        nodes, sizes = _whole_numbers("--nodes", ns.nodes), _whole_numbers("--sizes", ns.sizes)
+        machine = machines[0]
+        for x in nodes:
+            ranks = parse_positive_int("--nodes", x * machine.devices_per_node)
+            for size in [*sizes, int(round(sizes[0] * math.sqrt(x) / 256)) * 256 or 1]:
+                check_problem(Problem(size, size, size, ns.dtype), ranks, machine, what=f"--nodes={x} --sizes")
+    if ns.what == "predict":
+        prob = Problem(ns.m, ns.n or ns.m, ns.k or ns.m, ns.dtype)
+        check_problem(prob, ns.ranks, machines[0], panel=ns.panel, algo=ns.algo, grid=_parse_grid(ns.grid),
+                      ranks_per_host=ns.ranks_per_host)
+
+
 def model_main(ns, comm=None) -> int:
     """``python -m hpcmm model ...``; prints on rank 0 only (``measure`` is collective)."""
+    from .errors import collective  # noqa: PLC0415
+
+    with collective(comm) if comm is not None else contextlib.nullcontext():
+        check_options(ns)  # every rank: the same verdict, before any work
     if ns.what == "measure":
         return measure_main(ns, comm)
     rank = comm.Get_rank() if comm is not None else 0
@@ -1448,8 +1704,8 @@ def model_main(ns, comm=None) -> int:
     if ns.what == "show":
         text = machine.to_json()
     elif ns.what == "scaling":
-        text = scaling_tables(machine, ns.dtype, [int(x) for x in ns.nodes.split(",")],
-                              [int(x) for x in ns.sizes.split(",")])
+        text = scaling_tables(machine, ns.dtype, _whole_numbers("--nodes", ns.nodes),
+                              _whole_numbers("--sizes", ns.sizes))
     else:
         prob = Problem(ns.m, ns.n or ns.m, ns.k or ns.m, ns.dtype)
         aware = None if ns.cuda_aware is None else ns.cuda_aware == "yes"
@@ -1556,34 +1812,94 @@ def check_rows(files, machines) -> list[CheckRow]:
     rows = []
     for path in files:
         try:
-            with h5py.File(path, "r") as f:
-                cfg = {k: _attr(v) for k, v in f["config"].attrs.items()}
-                summ = {k: _attr(v) for k, v in f["summary"].attrs.items()}
-                ranks = int(f.attrs["ranks"])
-                local = max(int(x) for x in f["topology"]["local_size"][()])
-                machine = machine_for(_attr(f.attrs.get("created", "")), machines)
-        except (OSError, KeyError) as exc:
-            raise InputError(f"model check: {path}: not a results file ({exc})") from None
-        dtype = "tf32" if bool(cfg.get("tf32")) else cfg["dtype"]
-        prob = Problem(int(cfg["m"]), int(cfg["n"]), int(cfg["k"]), dtype)
-        rpn = int(cfg.get("ranks_per_node") or 0) or None
-        algo = str(summ.get("algo") or "summa")
-        aware = bool(cfg.get("cuda_aware_mpi_decision", True))
-        grid = _parse_grid(cfg["grid"]) if algo == "summa" else None  # 2.5d: the layers' own grids
-        # The file's step order and blocks: files from before either existed ran the common order on
-        # equal blocks; a measured or product balance is laid out as its shares would be.
-        order = "auto" if cfg.get("step_order_used") == "own-first" else "common"
-        balance = "share" if cfg.get("balance", "none") != "none" else "none"
-        mps = bool(summ.get("mps", False))  # the ranks that shared a GPU ran under MPS (files before: no)
-        pred = predict(prob, ranks, machine, ranks_per_node=rpn, ranks_per_host=local, grid=grid,
-                       panel=int(cfg["panel"]), prefetch=int(cfg["prefetch"]), algo=algo, cuda_aware=aware,
-                       step_order=order, balance=balance, mps=mps)
-        paths = summ.get("paths")
-        paths = ",".join(_attr(p) for p in paths) if paths is not None and len(paths) else "-"
-        setup = (prob, ranks, rpn or local, local, int(cfg["prefetch"]), aware, mps)
-        rows.append(CheckRow(str(path), prob, ranks, rpn or local, algo, paths, float(summ["seconds"]),
-                             pred.seconds, setup, machine.links_measured))
+            rows.append(_check_row(h5py, path, machines))
+        except InputError as exc:
+            text = str(exc)
+            raise InputError(text if text.startswith(f"model check: {path}:") else f"model check: {path}: {text}") \
+                from None
+        except (OSError, KeyError, ValueError, TypeError, IndexError, AttributeError, ArithmeticError,
+                RuntimeError) as exc:
+            # A file of another program, of an older hpcmm, or damaged: a field missing or of the wrong type.
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str) and " " not in exc.args[0]:
+                reason = f"no attribute {exc.args[0]!r}"
+            raise InputError(f"model check: {path}: not a results file the model can read "
+                             f"({type(exc).__name__}: {reason})") from None
     return rows
+
+
+def _whole(value, field: str, minimum: int = 1) -> int:
+    """An integer attribute of a results file (an integral float too), or :class:`InputError` naming it."""
+    from .config import INT_MAX  # noqa: PLC0415
+
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value[()]
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        ok, value = True, int(value)
+    if not ok or not minimum <= int(value) <= INT_MAX:
+        raise InputError(f"{field}={_shown(value)}: expected an integer from {minimum} to {INT_MAX}")
+    return int(value)
+
+
+def _text(value, field: str) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"{field}={_shown(value)}: expected a text")
+    return value
+
+
+def _seconds(value) -> float:
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not (math.isfinite(value) and value > 0):
+        raise InputError(f"summary seconds={_shown(value)}: expected a positive number of seconds")
+    return float(value)
+
+
+def _shown(value) -> str:
+    """A value of a file, shortened for one line."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_row(h5py, path: str, machines) -> CheckRow:
+    """One results file of :func:`check_rows`, read and predicted."""
+    regular_file("model check", path)
+    if not h5py.is_hdf5(path):
+        raise InputError(f"model check: {path}: not an HDF5 file")
+    with h5py.File(path, "r") as f:
+        cfg = {k: _attr(v) for k, v in f["config"].attrs.items()}
+        summ = {k: _attr(v) for k, v in f["summary"].attrs.items()}
+        ranks = _whole(f.attrs["ranks"], "ranks")
+        topology = f["topology"]
+        rows = (topology if isinstance(topology, h5py.Dataset) else topology["local_size"]).size
+        if rows > MOST_RANK_STEPS:  # a sparse dataset of any size takes a few bytes on disk
+            raise InputError(f"model check: {path}: /topology has {rows} rows, more than {MOST_RANK_STEPS} ranks")
+        local = max(_whole(x, "topology local_size") for x in f["topology"]["local_size"][()])
+        machine = machine_for(_attr(f.attrs.get("created", "")), machines)
+    dtype = "tf32" if bool(cfg.get("tf32")) else cfg["dtype"]
+    prob = Problem(_whole(cfg["m"], "config m"), _whole(cfg["n"], "config n"), _whole(cfg["k"], "config k"),
+                   _text(dtype, "config dtype"))
+    rpn = _whole(cfg.get("ranks_per_node") or 0, "config ranks_per_node", 0) or None
+    algo = str(summ.get("algo") or "summa")
+    aware = bool(cfg.get("cuda_aware_mpi_decision", True))
+    grid = _parse_grid(_text(cfg["grid"], "config grid")) if algo == "summa" else None  # 2.5d: the layers' own grids
+    # The file's step order and blocks: files from before either existed ran the common order on
+    # equal blocks; a measured or product balance is laid out as its shares would be.
+    order = "auto" if cfg.get("step_order_used") == "own-first" else "common"
+    balance = "share" if cfg.get("balance", "none") != "none" else "none"
+    mps = bool(summ.get("mps", False))  # the ranks that shared a GPU ran under MPS (files before: no)
+    panel, prefetch = _whole(cfg["panel"], "config panel"), _whole(cfg["prefetch"], "config prefetch", 0)
+    check_problem(prob, ranks, machine, panel=panel, algo=algo, grid=grid, ranks_per_host=local)
+    pred = predict(prob, ranks, machine, ranks_per_node=rpn, ranks_per_host=local, grid=grid,
+                   panel=panel, prefetch=prefetch, algo=algo, cuda_aware=aware,
+                   step_order=order, balance=balance, mps=mps)
+    paths = summ.get("paths")
+    paths = ",".join(_attr(p) for p in paths) if paths is not None and len(paths) else "-"
+    setup = (prob, ranks, rpn or local, local, prefetch, aware, mps)
+    return CheckRow(str(path), prob, ranks, rpn or local, algo, paths, _seconds(summ["seconds"]),
+                    pred.seconds, setup, machine.links_measured)
 
 
 def check_table(files, machines) -> str:
@@ -1769,13 +2085,14 @@ def measure_main(ns, comm) -> int:
 
 def save_machine(machine: Machine, path: str) -> None:
     """Write a description as JSON, whole or not at all (a temporary name, then a rename)."""
-    tmp = path + ".tmp"
+    tmp = None
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        fd, tmp = _new_beside(path)  # a name of its own: never a file of the user's
+        with open(fd, "w", encoding="utf-8") as f:
             f.write(machine.to_json() + "\n")
         os.replace(tmp, path)
     except OSError as exc:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, TypeError):
             os.remove(tmp)
         raise InputError(f"--save={path}: cannot write the description ({exc.strerror or exc})") from None
 
@@ -1932,13 +2249,20 @@ def _read_transport(spec: str) -> tuple[dict, dict, str]:
 
     rows, created = [], []
     for path in spec.split(","):
+        regular_file("--transport", path)
         try:
             with h5py.File(path, "r") as f:
+                if f["transport"].size > MOST_RANK_STEPS:
+                    raise InputError(f"--transport={path}: /transport has {f['transport'].size} rows, more than "
+                                     f"{MOST_RANK_STEPS}")
                 rows += [(_attr(r["path"]), int(r["dst"]), float(r["bytes"]), float(r["seconds"]))
                          for r in f["transport"][()]]
                 created.append(str(_attr(f.attrs.get("created", ""))))
-        except (OSError, KeyError, ValueError) as exc:
-            raise InputError(f"--transport={path}: not a `bench transport` file ({exc})") from None
+        except InputError:
+            raise
+        except (OSError, KeyError, ValueError, TypeError, IndexError, AttributeError, ArithmeticError) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise InputError(f"--transport={path}: not a `bench transport` file ({reason})") from None
     by_path: dict[str, list] = {}
     for name, dst, nbytes, seconds in rows:
         by_path.setdefault(name, []).append((dst, nbytes, seconds))
