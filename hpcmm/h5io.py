@@ -32,7 +32,6 @@ import threading
 import h5py
 import numpy as np
 
-from .dtypes import numpy_dtype, storage_attributes, storage_dtype, to_storage
 from .errors import InputError, OutputError
 
 __all__ = ["PENDING", "PUBLISHED", "Results", "check_output_path", "temporary_path", "remove_temporary", "remove_pending",
@@ -188,6 +187,8 @@ def results_size(meta: Results) -> int:
     for _, datasets in meta.extra.values():
         arrays += [d for d in datasets.values() if not isinstance(d, list)]
         tables += [d for d in datasets.values() if isinstance(d, list)]
+    from .dtypes import numpy_dtype  # noqa: PLC0415 - ml_dtypes only where a C is written
+
     c_bytes = 0 if meta.c_shape is None else int(np.prod(meta.c_shape)) * numpy_dtype(meta.c_dtype).itemsize
     return _size(arrays, tables, [meta.root, meta.config, meta.versions, meta.summary, meta.timeline_attrs], c_bytes)
 
@@ -389,6 +390,8 @@ def _write_results(tmp: str, meta: Results) -> None:
         if meta.c_shape is not None:
             # The fill value in C's own type: h5py cannot convert a float NaN to a complex one.
             # bfloat16 goes in as its raw bits (hpcmm.dtypes), NaN's bits as the fill value.
+            from .dtypes import numpy_dtype, storage_attributes, storage_dtype, to_storage  # noqa: PLC0415
+
             c_type = numpy_dtype(meta.c_dtype)
             dset = f.create_group("result").create_dataset(
                 "C", shape=meta.c_shape, dtype=storage_dtype(c_type),
@@ -400,6 +403,8 @@ def _write_results(tmp: str, meta: Results) -> None:
 def write_c_block(comm, tmp: str, block: np.ndarray, rows, cols) -> None:
     """Collective: every rank writes its block of ``/result/C`` (bfloat16 as its raw bits)."""
     (r0, r1), (c0, c1) = rows, cols
+    from .dtypes import to_storage  # noqa: PLC0415 - ml_dtypes only where a C is written
+
     block = to_storage(np.ascontiguousarray(block))
     if h5py.get_config().mpi and comm.Get_size() > 1:
         with h5py.File(tmp, "r+", driver="mpio", comm=comm) as f:

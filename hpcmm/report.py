@@ -8,7 +8,10 @@ so that overlap, or its absence, is visible.
 
 from __future__ import annotations
 
+import io
 import os
+import stat
+import sys
 
 import numpy as np
 
@@ -33,29 +36,86 @@ def _need_matplotlib() -> None:
         raise InputError("report --plot needs matplotlib: pip install 'hpcmm[plot]'") from None
 
 
+#: The most rows of a table, and events of a timeline, that ``report`` reads: a sparse dataset
+#: of any size takes a few bytes on disk, and reading it whole would take all memory.
+MOST_ROWS = 2**20
+MOST_EVENTS = 2**24
+
+#: What ``--plot`` may write (matplotlib picks the format by the suffix).
+PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpeg", ".tif", ".tiff", ".webp")
+
+
+def _check_plot_path(path: str, source: str) -> None:
+    """``--plot``: a new file or an existing picture, never ``source`` nor an HDF5 file, in a folder that
+    takes files; checked before the results file is read."""
+    who = f"--plot={path}"
+    if not path.lower().endswith(PLOT_SUFFIXES):
+        raise InputError(f"{who}: expected a picture file ({', '.join(PLOT_SUFFIXES)})")
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.islink(path) and not os.path.exists(path):
+        raise InputError(f"{who}: a symbolic link to {os.readlink(path)}, which does not exist")
+    if not os.path.isdir(directory):
+        raise InputError(f"{who}: directory {directory} does not exist")
+    if os.path.lexists(path):
+        if os.path.isdir(path):
+            raise InputError(f"{who}: is a directory")
+        if os.path.exists(source) and os.path.samefile(path, source):
+            raise InputError(f"{who} is the file being reported: hpcmm never replaces its inputs")
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise InputError(f"{who}: not a regular file")
+        import h5py  # noqa: PLC0415
+
+        if h5py.is_hdf5(path):
+            raise InputError(f"{who}: an HDF5 file (results?): --plot replaces pictures only")
+    from .h5io import remove_temporary, temporary_path  # noqa: PLC0415
+
+    try:
+        remove_temporary(temporary_path(path))
+    except OSError as exc:
+        raise InputError(f"{who}: directory {directory} is not writable ({exc.strerror})") from None
+
+
 def report_main(ns) -> int:
     """``report FILE``: print what the file holds; exit status 0, or :class:`InputError` (2).
 
-    Any file may be given: a truncated, corrupt or foreign one is bad input
-    (one line naming the file and what is wrong), never a traceback.
+    Any file may be given: a truncated, corrupt or foreign one, or one whose
+    attributes have values of an unexpected type, is bad input (one line
+    naming the file and what is wrong), never a traceback; a FIFO or device is
+    refused before it is opened (HDF5 would wait on it for ever, with the
+    interpreter's lock held).
     """
     import h5py  # noqa: PLC0415
 
     if ns.plot:
         _need_matplotlib()  # before the file is read: the fix is an install, not another file
-    if not os.path.isfile(ns.file):
-        raise InputError(f"report {ns.file}: no such file")
+        _check_plot_path(ns.plot, ns.file)
+    try:
+        info = os.stat(ns.file)
+    except FileNotFoundError:
+        raise InputError(f"report {ns.file}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"report {ns.file}: cannot read it ({exc.strerror})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"report {ns.file}: is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"report {ns.file}: not a regular file (a FIFO, a socket or a device)")
     try:
         if not h5py.is_hdf5(ns.file):
             raise InputError(f"report {ns.file}: not an HDF5 file")
+        out = io.StringIO()  # printed once the whole file was read: no half report before an error
         with h5py.File(ns.file, "r") as f:
-            return _report(f, ns)
+            status = _report(f, ns, out)
+        sys.stdout.write(out.getvalue())
+        sys.stdout.flush()
+        return status
     except InputError:
         raise
-    except (OSError, KeyError, ValueError, TypeError, IndexError, RuntimeError) as exc:
-        # h5py reports damage (truncation, bad checksums, missing filters) as these.
+    except (OSError, LookupError, ValueError, TypeError, AttributeError, ArithmeticError, RuntimeError) as exc:
+        # h5py reports damage (truncation, bad checksums, missing filters) as these; attributes of
+        # another type than hpcmm writes (an array where a text is, inf where an integer is) too.
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise InputError(f"report {ns.file}: cannot read it as an hpcmm file ({reason})") from exc
+        raise InputError(f"report {ns.file}: cannot read it as an hpcmm file ({type(exc).__name__}: "
+                         f"{reason[:200]})") from exc
 
 
 def _cell(value) -> str:
@@ -94,7 +154,7 @@ def format_table(name: str, rows: np.ndarray) -> str:
     return "\n".join(lines + notes)
 
 
-def _report(f, ns) -> int:
+def _report(f, ns, out) -> int:
     kind = _decode(f.attrs.get("kind", "run"))
     if kind != "run" and "summary" not in f:
         tables = [name for name in ("bench", "transport") if name in f]
@@ -103,29 +163,39 @@ def _report(f, ns) -> int:
         if ns.plot:
             raise InputError(f"report {ns.file} --plot: a '{kind}' file has no timeline (only run files do)")
         for name in tables:
-            rows = f[name][:]
-            if rows.dtype.names is None:
+            table = f[name]
+            if not hasattr(table, "dtype") or table.dtype.names is None or table.ndim != 1:
                 raise InputError(f"report {ns.file}: /{name} is not a table")
-            print(format_table(name, rows))
+            if table.size > MOST_ROWS:
+                raise InputError(f"report {ns.file}: /{name} has {table.size} rows, more than {MOST_ROWS}")
+            rows = table[:]
+            print(format_table(name, rows), file=out)
         return 0
     if "summary" not in f or "config" not in f:
         raise InputError(f"report {ns.file}: no /summary and /config (not an hpcmm results file)")
     summary = {k: _decode(v) for k, v in f["summary"].attrs.items()}
     cfg = {k: _decode(v) for k, v in f["config"].attrs.items()}
     print(f"{ns.file}: m={cfg.get('m')} n={cfg.get('n')} k={cfg.get('k')} {cfg.get('dtype')} "
-          f"grid {cfg.get('grid')} backend {cfg.get('backend')} ({f.attrs.get('ranks')} ranks)")
-    print_summary(summary, None)
+          f"grid {cfg.get('grid')} backend {cfg.get('backend')} ({f.attrs.get('ranks')} ranks)", file=out)
+    print_summary(summary, None, file=out)
     if ns.plot:
         if "timeline" not in f or "events" not in f["timeline"]:
             raise InputError(f"report {ns.file}: no /timeline (the run used --no-timeline)")
-        events = f["timeline/events"][:]
-        if events.ndim != 2 or events.shape[1] != 7:
-            raise InputError(f"report {ns.file}: /timeline/events has shape {events.shape}, expected (N, 7)")
+        events = f["timeline/events"]
+        if not hasattr(events, "shape") or events.ndim != 2 or events.shape[1] != 7 or events.dtype.kind not in "iuf":
+            raise InputError(f"report {ns.file}: /timeline/events has shape {getattr(events, 'shape', None)}, "
+                             "expected (N, 7) numbers")
+        if events.shape[0] > MOST_EVENTS:
+            raise InputError(f"report {ns.file}: /timeline/events has {events.shape[0]} events, more than "
+                             f"{MOST_EVENTS} (a run's timeline holds ranks x iterations x steps x 3)")
+        events = events[()].astype(np.float64)
+        if not np.isfinite(events).all():
+            raise InputError(f"report {ns.file}: /timeline/events holds NaN or Inf")
         plot_timeline(events, ns.plot, iteration=ns.iteration,
                       title=f"{cfg.get('m')}x{cfg.get('n')}x{cfg.get('k')} {cfg.get('dtype')}, "
                             f"grid {cfg.get('grid')}, {cfg.get('backend')}, paths "
                             f"{', '.join(summary.get('paths', [])) or '-'}")
-        print(f"timeline: {ns.plot}")
+        print(f"timeline: {ns.plot}", file=out)
     return 0
 
 
@@ -169,5 +239,13 @@ def plot_timeline(events: np.ndarray, path: str, iteration: int | None = None, t
                        Patch(color=colors[2], label="B panel")], loc="upper right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from .h5io import remove_temporary, temporary_path  # noqa: PLC0415
+
+    # Whole or not at all: a hidden name beside it, then a rename (a signal removes the hidden file).
+    tmp = temporary_path(path)
+    try:
+        fig.savefig(tmp, dpi=120, format=os.path.splitext(path)[1].lstrip(".").lower() or "png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        remove_temporary(tmp)
