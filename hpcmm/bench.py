@@ -91,15 +91,38 @@ def _baseline(topo, backend, config, case: Case, order: str, timer=None):
 
     ``order``: the operand orders of the run's GEMM, which the ``hpcmm gemm`` candidate takes.
     """
-    ident = backend.describe().get("gpu_uuid") or f"{topo.host}:cpu"
-    idents = topo.comm.allgather((topo.host, ident))
-    first = idents.index((topo.host, ident)) == topo.rank
+    first, idents = _first_on_device(topo, backend)
     rows = None
     with collective(topo.comm):
         if first:
-            rows = measure_candidates(backend, case, config.warmup, config.iters, timer=timer, gemm_order=order)
+            try:
+                rows = measure_candidates(backend, case, config.warmup, config.iters, timer=timer, gemm_order=order)
+            except MemoryError as exc:  # what _check_reference_memory could not see (another process took it)
+                raise InputError(f"bench case {case.label}: the one-device reference does not fit in memory "
+                                 f"({' '.join(str(exc).split()) or 'MemoryError'})") from None
     measured = [r for r in topo.comm.allgather(rows) if r is not None]
     return combine(measured), len(set(idents))
+
+
+def _first_on_device(topo, backend) -> tuple[bool, list]:
+    """Collective: whether this rank is the first of its device (the one that measures it), and every rank's device."""
+    ident = backend.describe().get("gpu_uuid") or f"{topo.host}:cpu"
+    idents = topo.comm.allgather((topo.host, ident))
+    return idents.index((topo.host, ident)) == topo.rank, idents
+
+
+def _check_reference_memory(topo, backend, cases) -> None:
+    """Collective: refuse (exit 2), before any case runs, a case whose one-device reference cannot hold
+    A, B and C on one device (it used to end in ``MemoryError`` once the earlier cases had run)."""
+    from .dtypes import numpy_dtype  # noqa: PLC0415
+    from .engine import check_memory  # noqa: PLC0415
+
+    first, _ = _first_on_device(topo, backend)
+    where = "GPU" if backend.on_gpu else "host"
+    for case in cases:
+        need = (case.m * case.n + case.m * case.k + case.k * case.n) * numpy_dtype(case.dtype).itemsize
+        check_memory(topo, backend, need if first else 0,
+                     f"bench case {case.label}: the one-{where} reference (A, B and C on one {where})")
 
 
 def pick_reference(candidates: list[dict], case: Case, hpcmm_seconds: float | None = None,
@@ -170,6 +193,7 @@ def _bench_cases(ns, config: RunConfig, comm: MPI.Comm, topo, backend) -> int:
     with collective(comm):
         if comm.Get_rank() == 0:
             h5io.check_output_path(out, config.overwrite)
+    _check_reference_memory(topo, backend, cases)
     rank = comm.Get_rank()
     rows, references, peer_rows = [], [], []
     peers_ok = not getattr(ns, "no_peers", False)
