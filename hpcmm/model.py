@@ -1618,7 +1618,13 @@ def _check_save(path: str, inputs: list[tuple[str, str]]) -> None:
             if os.path.abspath(source) == os.path.abspath(path) or os.path.samefile(source, path):
                 raise InputError(f"--save={path} is the input file {flag}={source}: hpcmm never replaces its inputs")
     if os.path.lexists(path):
-        data = _read_json("--save", path, "a machine description")
+        try:
+            data = _read_json("--save", path, "a machine description")
+        except InputError as exc:
+            if os.path.exists(path) and stat.S_ISREG(os.stat(path).st_mode):
+                data = None  # a file, but not JSON: not a description
+            else:
+                raise exc from None
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             raise InputError(f"--save={path}: exists and is not a machine description (hpcmm replaces only those)")
     try:
@@ -1859,6 +1865,8 @@ def _seconds(value) -> float:
 
 def _shown(value) -> str:
     """A value of a file, shortened for one line."""
+    if isinstance(value, np.generic):
+        value = value.item()
     text = " ".join(repr(value).split())
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -162,8 +162,9 @@ def check_status_path(path: str, argv: list[str] = ()) -> str:
     target = os.path.realpath(path)
     elsewhere = _named_elsewhere(path, list(argv))
     if elsewhere is not None:
-        raise InputError(f"{shown} is also {elsewhere[0]}={_escaped(elsewhere[1])}: the status file must be "
-                         "a file of its own")
+        other = (f"the argument {_escaped(elsewhere[1])}" if elsewhere[0] == "argument"
+                 else f"{elsewhere[0]}={_escaped(elsewhere[1])}")
+        raise InputError(f"{shown} is also {other}: the status file must be a file of its own")
     directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise InputError(f"{shown}: directory {_escaped(directory)} does not exist")
