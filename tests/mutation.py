@@ -89,7 +89,7 @@ MUTATIONS = {
         ["tests/test_arrangement.py"],
     ),
     "one product weighs the product balance": (
-        "hpcmm/run.py",
+        "hpcmm/assemble.py",
         "            if products >= PRODUCT_BALANCE_MOST or \\\n",
         "            if True or \\\n",
         ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
@@ -269,7 +269,7 @@ MUTATIONS = {
         ["tests/test_grid_orientation.py"],
     ),
     "balance product: the re-laid grid forgets the run's face": (
-        "hpcmm/run.py",
+        "hpcmm/assemble.py",
         "        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu, face)",
         "        return arrangement_for(balance, arrangement.mps, shape, config.grid, backend.on_gpu)",
         ["tests/test_mpi_suite.py::test_mpi_suite[2]"],

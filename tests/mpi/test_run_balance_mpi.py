@@ -169,7 +169,7 @@ def test_product_rates_decide_the_blocks(mpi_tmp_path, monkeypatch):
     """Rates 4 : 1 : 3 : 2 from the untimed product: the timed products' blocks follow them."""
     import importlib
 
-    run_module = importlib.import_module("hpcmm.run")  # the module (hpcmm.run is also the function's name)
+    run_module = importlib.import_module("hpcmm.assemble")  # where --balance product measures
     monkeypatch.setattr(run_module, "product_rate", lambda flops, seconds: RATES[RANK % len(RATES)])
     run(mpi_tmp_path, "rates", balance="product")
     m, n, k = shape()
@@ -192,7 +192,7 @@ def test_product_balance_keeps_the_face_of_the_grid(mpi_tmp_path, monkeypatch):
 
     from hpcmm.grid_orientation import most_square, oriented
 
-    run_module = importlib.import_module("hpcmm.run")  # the module (hpcmm.run is also the function's name)
+    run_module = importlib.import_module("hpcmm.assemble")  # where --balance product measures
     monkeypatch.setattr(run_module, "product_rate", lambda flops, seconds: 1e9)  # equal rates: the usual grid
     run(mpi_tmp_path, "faced", balance="product", grid_orientation="tall")
 
@@ -213,9 +213,9 @@ def test_product_balance_measures_products_for_its_time(mpi_tmp_path, monkeypatc
 
     from hpcmm.engine import Engine
 
-    run_module = importlib.import_module("hpcmm.run")  # the module (hpcmm.run is also the function's name)
-    monkeypatch.setattr(run_module, "PRODUCT_BALANCE_SECONDS", seconds)
-    monkeypatch.setattr(run_module, "PRODUCT_BALANCE_MOST", most)
+    assemble = importlib.import_module("hpcmm.assemble")
+    monkeypatch.setattr(assemble, "PRODUCT_BALANCE_SECONDS", seconds)
+    monkeypatch.setattr(assemble, "PRODUCT_BALANCE_MOST", most)
     calls, weighed = [], []
     multiply = Engine.multiply
 
@@ -224,7 +224,7 @@ def test_product_balance_measures_products_for_its_time(mpi_tmp_path, monkeypatc
         return multiply(self, *args, **kwargs)
 
     monkeypatch.setattr(Engine, "multiply", counted)
-    monkeypatch.setattr(run_module, "product_rate", lambda flops, gemm: weighed.append(flops) or 1e9)
+    monkeypatch.setattr(assemble, "product_rate", lambda flops, gemm: weighed.append(flops) or 1e9)
     run(mpi_tmp_path, "count", balance="product")  # warmup=0, iters=1: one timed product after the balance
     # CPU ranks share one host: the share blocks are the near-equal ones, in launch order.
     m, n, k = shape()
