@@ -235,7 +235,7 @@ class _Record:
     """The status file of this process's command (set by :func:`recorded`)."""
 
     path: str | None = None  # --status-file as given
-    argv: list[str] = []
+    argv: tuple[str, ...] = ()
     target: str | None = None  # the file written, once :func:`start` accepted it
     refused = False  # start() refused it: never written
     write = None  # rank 0: record(fields) -> bool
@@ -287,7 +287,7 @@ def recorded(argv: list[str], body: Callable[[list[str]], int]) -> int:
     def fields(values: dict[str, object]) -> dict[str, object]:
         return {**values, "ranks": world.Get_size(), "command": command}
 
-    _Record.path, _Record.argv, _Record.target, _Record.refused = path, list(argv), None, False
+    _Record.path, _Record.argv, _Record.target, _Record.refused = path, tuple(argv), None, False
     _Record.write = fields if world.Get_rank() == 0 else None
     _NOTED.clear()
     code = 1

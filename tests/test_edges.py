@@ -28,12 +28,11 @@ import h5py
 import numpy as np
 import pytest
 import ranklog
+from test_reliability_budget import end_within
 from ranklog import Part, digest, hpcmm_argv, is_hydra, partials, runner_argv
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
-#: Whatever a rank does, the job ends within this many seconds (launch included).
-END_WITHIN = 30.0
 SMALL = ("--device", "cpu", "--m", "60", "--n", "50", "--k", "40", "--iters", "1", "--warmup", "0", "--quiet")
 #: Seconds each hang-class case took to end (start-up and signals), printed once the module ends (-s).
 SLOWEST: dict[str, float] = {}
@@ -73,7 +72,7 @@ def _check_end(o: ranklog.Outcome, status: int, line: str, rank: int | None, out
         assert is_hydra(ranklog.mpiexec()), o.describe()
     else:
         assert o.rc == status, o.describe()
-    assert o.seconds < END_WITHIN, o.describe()
+    assert o.seconds < end_within(), o.describe()
     if line is not None:
         who, text = o.the_line()
         assert line in text, f"{line!r} not in {text!r}\n{o.describe()}"
@@ -159,7 +158,7 @@ def test_start_up_never_hangs(case, tmp_path, broken, inputs):
     if case.id == "import-error-rank-0":
         parts = [Part(_argv(case.rank1, out), env=env1), Part(_argv(case.rank0, out))]
         case = dataclasses.replace(case, line=case.line.replace("rank 1", "rank 0"), rank=0)
-    o = ranklog.run(parts, tmp_path / "logs", tmp_path, END_WITHIN + 30)
+    o = ranklog.run(parts, tmp_path / "logs", tmp_path, end_within() + 30)
     SLOWEST[case.id] = o.seconds
     _check_end(o, case.status, case.line, case.rank, out, before)
 
@@ -167,7 +166,7 @@ def test_start_up_never_hangs(case, tmp_path, broken, inputs):
 def test_version_everywhere_is_printed_once(tmp_path):
     from hpcmm import __version__
 
-    o = ranklog.run([Part(hpcmm_argv("--version"), ranks=2)], tmp_path / "logs", tmp_path, END_WITHIN)
+    o = ranklog.run([Part(hpcmm_argv("--version"), ranks=2)], tmp_path / "logs", tmp_path, end_within())
     assert o.rc == 0, o.describe()
     assert o.out(0).strip() == f"hpcmm {__version__}" and o.out(1) == "", o.describe()
 
@@ -200,7 +199,7 @@ def test_out_naming_an_input_is_refused(case, tmp_path, inputs):
     before = digest(scratch.iterdir())
     args = ["--device", "cpu", "--quiet", "--a", f"{scratch}/ab.h5:A", "--b", f"{scratch}/ab.h5:B",
             "--out", out, "--overwrite"]
-    o = ranklog.run([Part(hpcmm_argv(*args), ranks=2)], tmp_path / "logs", tmp_path / "work" / "sub", END_WITHIN)
+    o = ranklog.run([Part(hpcmm_argv(*args), ranks=2)], tmp_path / "logs", tmp_path / "work" / "sub", end_within())
     _check_end(o, 2, text, 0, None, before)
     assert "hpcmm never replaces its inputs" in o.the_line()[1]
     assert partials(scratch) == [] and partials(tmp_path / "work") == []
@@ -233,7 +232,7 @@ def test_overwrite_replaces_hdf5_files_only(kind, tmp_path, inputs):
     kept = out.read_bytes() if kind == "text-file" else None
     before = digest(inputs.iterdir())
     o = ranklog.run([Part(hpcmm_argv(*SMALL, "--out", str(out), "--overwrite"), ranks=2)], tmp_path / "logs",
-                    tmp_path, END_WITHIN)
+                    tmp_path, end_within())
     _check_end(o, 2, text, 0, None, before)
     assert os.path.lexists(out)
     if kept is not None:
@@ -293,7 +292,7 @@ def test_full_disk_on_a_small_tmpfs(case, small_disk, tmp_path, inputs):
         kept = out.read_bytes()
     before = digest(inputs.iterdir())
     args = ["--device", "cpu", "--k", "40", "--iters", "1", "--warmup", "0", "--quiet", *case.args, "--out", str(out)]
-    o = ranklog.run([Part(hpcmm_argv(*args), ranks=2)], tmp_path / "logs", tmp_path, END_WITHIN)
+    o = ranklog.run([Part(hpcmm_argv(*args), ranks=2)], tmp_path / "logs", tmp_path, end_within())
     _check_end(o, 1, FULL, 0, None if kept else out, before)
     assert partials(small_disk) == []
     if kept is not None:
@@ -304,7 +303,7 @@ def test_a_run_that_fits_the_small_tmpfs(small_disk, tmp_path):
     """The control: the same disk takes a small run (the reservation is not absurdly large)."""
     out = small_disk / "r.h5"
     o = ranklog.run([Part(hpcmm_argv(*SMALL, "--save-c", "--out", str(out)), ranks=2)], tmp_path / "logs",
-                    tmp_path, END_WITHIN)
+                    tmp_path, end_within())
     assert o.rc == 0, o.describe()
     with h5py.File(out, "r") as f:
         assert bool(f["summary"].attrs["verified"]) and f["result/C"].shape == (60, 50)
@@ -330,7 +329,7 @@ def test_full_disk_by_injection(fault, extra, existing, tmp_path, inputs):
         extra = (*extra, "--overwrite")
     before = digest(inputs.iterdir())
     o = ranklog.run([Part(runner_argv([fault], *SMALL, *extra, "--out", str(out)), ranks=2)], tmp_path / "logs",
-                    tmp_path, END_WITHIN)
+                    tmp_path, end_within())
     _check_end(o, 1, f"--out={out}: {FULL}", 0, None if kept else out, before)
     assert partials(tmp_path) == []
     if kept is not None:
@@ -353,14 +352,14 @@ REFUSE = [
 def test_values_the_results_file_cannot_hold_are_refused(args, env, text, tmp_path):
     out = tmp_path / "r.h5"
     o = ranklog.run([Part(hpcmm_argv(*SMALL, *args, "--out", str(out)), ranks=2)], tmp_path / "logs",
-                    tmp_path, END_WITHIN, env=env)
+                    tmp_path, end_within(), env=env)
     _check_end(o, 2, text, 0, out, {})
 
 
 def test_the_largest_seed_runs(tmp_path):
     out = tmp_path / "r.h5"
     o = ranklog.run([Part(hpcmm_argv(*SMALL, "--seed", str(2**63 - 1), "--out", str(out)), ranks=2)],
-                    tmp_path / "logs", tmp_path, END_WITHIN)
+                    tmp_path / "logs", tmp_path, end_within())
     assert o.rc == 0, o.describe()
     with h5py.File(out, "r") as f:
         assert int(f["config"].attrs["seed"]) == 2**63 - 1
@@ -427,7 +426,7 @@ def test_damaged_input_files_are_bad_input(kind, tmp_path):
     before = digest(d.iterdir())
     out = tmp_path / "r.h5"
     o = ranklog.run([Part(hpcmm_argv("--device", "cpu", "--quiet", "--a", a, "--b", b, "--out", str(out)), ranks=2)],
-                    tmp_path / "logs", tmp_path, END_WITHIN)
+                    tmp_path / "logs", tmp_path, end_within())
     _check_end(o, 2, text, 0, out, before)
     assert "--a=" in o.the_line()[1]
 
@@ -463,7 +462,7 @@ def test_a_path_with_a_colon(tmp_path):
         f["A"], f["B"] = rng.random((6, 5)), rng.random((5, 4))
     out = tmp_path / "r.h5"
     o = ranklog.run([Part(hpcmm_argv("--device", "cpu", "--quiet", "--a", f"{d}/m.h5:A", "--b", f"{d}/m.h5:B",
-                                     "--out", str(out)), ranks=2)], tmp_path / "logs", tmp_path, END_WITHIN)
+                                     "--out", str(out)), ranks=2)], tmp_path / "logs", tmp_path, end_within())
     assert o.rc == 0, o.describe()
 
 
@@ -539,7 +538,7 @@ def test_signal_during_start_up(target, sig, status, line, rank, tmp_path, held)
                 assert job.proc.poll() is None and time.monotonic() < deadline, "rank 1 never blocked signals"
                 time.sleep(0.01)
         os.kill(pid, sig)
-        o = job.wait(END_WITHIN)
+        o = job.wait(end_within())
     finally:
         job.kill()
     SLOWEST[f"signal {target} {signal.Signals(sig).name}"] = o.seconds
@@ -559,7 +558,7 @@ def test_signal_after_the_file_is_published_says_so(tmp_path):
             assert job.proc.poll() is None and time.monotonic() < deadline, "no file was published"
             time.sleep(0.02)
         os.kill(job.rank_pid(0), signal.SIGTERM)
-        o = job.wait(END_WITHIN)
+        o = job.wait(end_within())
     finally:
         job.kill()
     _check_end(o, 143, f"hpcmm: rank 0: stopped by SIGTERM; the results were written to {out}", 0, None, {},
@@ -615,7 +614,7 @@ def test_report_never_crashes(kind, tmp_path):
     path, text = _report_file(kind, tmp_path)
     before = digest([path]) if path.exists() else {}
     plot = ["--plot", str(tmp_path / "t.png")] if kind == "bench-file-with-plot" else []
-    o = ranklog.run([Part(hpcmm_argv("report", str(path), *plot), ranks=2)], tmp_path / "logs", tmp_path, END_WITHIN)
+    o = ranklog.run([Part(hpcmm_argv("report", str(path), *plot), ranks=2)], tmp_path / "logs", tmp_path, end_within())
     _check_end(o, 2, text, 0, None, before)
     assert not (tmp_path / "t.png").exists()
 
@@ -623,14 +622,14 @@ def test_report_never_crashes(kind, tmp_path):
 @pytest.mark.timeout(120)
 def test_report_plot_without_matplotlib(tmp_path):
     out = tmp_path / "r.h5"
-    o = ranklog.run([Part(hpcmm_argv(*SMALL, "--out", str(out)), ranks=2)], tmp_path / "logs", tmp_path, END_WITHIN)
+    o = ranklog.run([Part(hpcmm_argv(*SMALL, "--out", str(out)), ranks=2)], tmp_path / "logs", tmp_path, end_within())
     assert o.rc == 0, o.describe()
     hidden = tmp_path / "no-matplotlib"
     (hidden / "matplotlib").mkdir(parents=True)
     (hidden / "matplotlib" / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
     before = digest([out])
     o = ranklog.run([Part(hpcmm_argv("report", str(out), "--plot", str(tmp_path / "t.png")), ranks=2)],
-                    tmp_path / "logs2", tmp_path, END_WITHIN,
+                    tmp_path / "logs2", tmp_path, end_within(),
                     env={"PYTHONPATH": f"{hidden}{os.pathsep}{ranklog.REPO}"})
     _check_end(o, 2, "report --plot needs matplotlib: pip install 'hpcmm[plot]'", 0, None, before)
     assert "Abort" not in o.launcher_err and not any("Abort" in x for r in o.ranks() for x in o.err(r))
@@ -651,7 +650,7 @@ SIZES = [
 def test_bench_transport_sizes(sizes, text, tmp_path):
     out = tmp_path / "t.h5"
     o = ranklog.run([Part(hpcmm_argv("bench", "transport", "--device", "cpu", "--sizes", sizes, "--out", str(out)),
-                          ranks=2)], tmp_path / "logs", tmp_path, END_WITHIN)
+                          ranks=2)], tmp_path / "logs", tmp_path, end_within())
     _check_end(o, 2, f"--sizes={sizes!r}: {text}", 0, out, {})
 
 

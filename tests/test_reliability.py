@@ -2,13 +2,14 @@
 
 Every case runs ``mpiexec -n N python -m hpcmm ...`` on the CPU (N = 2, some 3).
 
-Bad input (one table, :data:`BAD_INPUT`): exit status 2 within 10 s, one
-line ``hpcmm: error: ...`` naming the value for the whole job (from rank 0),
-and nothing at the output path (no ``.partial`` file either).
+Bad input (one table, :data:`BAD_INPUT`): exit status 2 within a few launches
+of a job that does nothing (tests/test_reliability_budget.py), one line
+``hpcmm: error: ...`` naming the value for the whole job (from rank 0), and
+nothing at the output path (no ``.partial`` file either).
 
 A rank that fails alone (a fault put in by tests/fault_runner.py) brings every
-rank down within 30 s with one line naming it; a failure on rank 0 while it
-writes is one line, from rank 0; a product that fails verification is written,
+rank down within the budget's end limit with one line naming it; a failure on
+rank 0 while it writes is one line, from rank 0; a product that fails verification is written,
 complete, marked ``verified=False``, exit 1.
 
 Every rank writes its output into files of its own (:mod:`ranklog`): no test
@@ -28,13 +29,10 @@ import h5py
 import numpy as np
 import pytest
 import ranklog
+from test_reliability_budget import end_within, refuse_within
 from ranklog import Part, hpcmm_argv, runner_argv
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Bad input is refused within this many seconds (launch included).
-REFUSE_WITHIN = 10.0
-#: A failing rank ends the whole job within this many seconds.
-END_WITHIN = 30.0
 SMALL = ["--m", "60", "--n", "50", "--k", "40", "--iters", "1", "--warmup", "0"]
 
 
@@ -181,7 +179,7 @@ BAD_INPUT = [
 
 def _check_refused(outcome: Outcome, ranks: int, names: str, out: Path) -> None:
     assert outcome.rc == 2, f"exit status {outcome.rc}, expected 2:\n{outcome.describe()}"
-    assert outcome.seconds < REFUSE_WITHIN, f"took {outcome.seconds:.1f} s"
+    assert outcome.seconds < refuse_within(), f"took {outcome.seconds:.1f} s"
     assert outcome.job.ranks() == list(range(ranks)), outcome.describe()
     error = outcome.error()  # exactly one line for the whole job, from rank 0
     assert names in error, f"{names!r} not in {error!r}"
@@ -206,7 +204,7 @@ def test_existing_output_without_overwrite_is_left_alone(tmp_path):
     out = tmp_path / "result.h5"
     out.write_bytes(b"an earlier result")
     outcome = hpcmm(2, ["--device", "cpu", *SMALL, "--out", str(out)], tmp_path)
-    assert outcome.rc == 2 and outcome.seconds < REFUSE_WITHIN
+    assert outcome.rc == 2 and outcome.seconds < refuse_within()
     assert f"--out={out}: file exists (pass --overwrite to replace it)" in outcome.error()
     assert out.read_bytes() == b"an earlier result"
     assert _partials(tmp_path) == []
@@ -225,7 +223,7 @@ def test_output_directory_the_file_system_refuses(tmp_path):
         pass
     out = Path("/sys/hpcmm-result.h5")
     outcome = hpcmm(2, ["--device", "cpu", *SMALL, "--out", str(out)], tmp_path)
-    assert outcome.rc == 2 and outcome.seconds < REFUSE_WITHIN, outcome.describe()
+    assert outcome.rc == 2 and outcome.seconds < refuse_within(), outcome.describe()
     assert "directory /sys is not writable" in outcome.error()
     assert not out.exists()
 
@@ -268,7 +266,7 @@ def test_problem_too_big_for_device_memory(tmp_path, ranks):
     outcome = hpcmm(ranks, ["--device", "gpu", "--m", "1000000", "--n", "1000000", "--k", "1000000",
                             "--out", str(out)], tmp_path, timeout=120)
     assert outcome.rc == 2, outcome.describe()
-    assert outcome.seconds < REFUSE_WITHIN, f"took {outcome.seconds:.1f} s"
+    assert outcome.seconds < refuse_within(), f"took {outcome.seconds:.1f} s"
     error = outcome.error()
     assert "problem m=1000000, n=1000000, k=1000000 float64 does not fit" in error
     assert "GiB of device memory" in error and "GiB available" in error
@@ -281,7 +279,7 @@ def test_settings_that_differ_between_ranks_do_not_hang(tmp_path):
     out = tmp_path / "r.h5"
     rank = hpcmm_argv("--device", "cpu", *SMALL, "--quiet", "--out", str(out))
     outcome = hpcmm(2, [], tmp_path, parts=[Part(rank, env={"HPCMM_PANEL": "0"}), Part(rank)])
-    assert outcome.rc == 2 and outcome.seconds < REFUSE_WITHIN, outcome.describe()
+    assert outcome.rc == 2 and outcome.seconds < refuse_within(), outcome.describe()
     assert "HPCMM_PANEL=0: expected an integer >= 1 (raised by rank 0)" in outcome.error()
     assert not out.exists()
 
@@ -297,11 +295,11 @@ def test_one_failing_rank_ends_every_rank(tmp_path, ranks, fault):
     """The failing rank's line is read from its own stderr file: MPI_Abort cannot cut it off."""
     out = tmp_path / "r.h5"
     rank, where, _ = fault.split(":")
-    outcome = hpcmm(ranks, [], tmp_path, timeout=END_WITHIN + 30,
+    outcome = hpcmm(ranks, [], tmp_path, timeout=end_within() + 30,
                     parts=[Part(runner_argv([fault], "--device", "cpu", *SMALL, "--quiet", "--out", str(out)),
                                 ranks=ranks)])
     assert outcome.rc == 1, outcome.describe()
-    assert outcome.seconds < END_WITHIN
+    assert outcome.seconds < end_within()
     who, line = outcome.job.the_line()
     assert who == int(rank), outcome.describe()
     assert line == f"hpcmm: rank {rank}: RuntimeError: fault at {where}; aborting all ranks", outcome.describe()
