@@ -14,6 +14,11 @@ collective.  :func:`launch` makes every way out of a rank end the whole job:
   the signal, so there is no ``KeyboardInterrupt`` and no traceback.
 * **MPI first.**  ``mpi4py.MPI`` is imported (``MPI_Init``) right after, before
   anything that can fail on one rank alone: from then on the rank can abort.
+* **Standard streams never decide the status.**  Descriptors 0 to 2 that are
+  closed get ``/dev/null`` (a file opened later would take their number, and a
+  library's message would land in it), and a write to stdout or stderr that
+  fails (``... | head``, ``>&-``, ``>/dev/full``) sends the rest of that stream
+  to ``/dev/null``: the summary is lost, the exit status is the work's.
 * **Whatever leaves the entry point** (an exception, ``SystemExit`` with a
   non-zero status, ``KeyboardInterrupt``) ends the job through ``MPI_Abort``,
   the way ``python -m mpi4py`` does (:func:`mpi4py.run.set_abort_status`),
