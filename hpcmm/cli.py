@@ -22,7 +22,8 @@ import dataclasses
 import sys
 import time
 
-from .config import BALANCE_MODES, DEVICES, DTYPES, MAX_PREFETCH, TRISTATE, VERIFY_MODES, RunConfig, new_output_name
+from .config import BALANCE_MODES, DEVICES, DTYPES, MAX_PREFETCH, OPS, TRISTATE, VERIFY_MODES, RunConfig
+from .config import new_output_name, parse_number
 from .config import check_utf8, parse_grid, parse_matrix_source, parse_positive_int, settings_from_environment
 from . import status as status_file
 from .algorithms import DEFAULT_PREFETCH, TF32_PREFETCH
@@ -142,6 +143,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", choices=DTYPES, help=f"element type {_default('dtype')}")
     g.add_argument("--tf32", action="store_true", default=None, help="float32 on TF32 tensor cores (default off)")
     g.add_argument("--seed", type=_int("--seed", 0), help=f"seed of the generated matrices {_default('seed')}")
+    g.add_argument("--alpha", type=_argtype(lambda t: parse_number("--alpha", t)), metavar="X",
+                   help=f"C <- alpha op(A) op(B) + beta C {_default('alpha')}")
+    g.add_argument("--beta", type=_argtype(lambda t: parse_number("--beta", t)), metavar="X",
+                   help=f"beta != 0 adds beta times a C generated from --seed {_default('beta')}")
+    g.add_argument("--op-a", choices=OPS, help="op(A): N as stored, T transposed (A stored k x m), C conjugate "
+                   f"transposed {_default('op_a')}")
+    g.add_argument("--op-b", choices=OPS, help=f"op(B), as --op-a (B stored n x k with T or C) {_default('op_b')}")
     g.add_argument("--a", type=_argtype(lambda t: parse_matrix_source("--a", t)), metavar="FILE.h5:DATASET|FILE.npy",
                    help=f"A: {_SOURCE_HELP}")
     g.add_argument("--b", type=_argtype(lambda t: parse_matrix_source("--b", t)), metavar="FILE.h5:DATASET|FILE.npy",

@@ -10,6 +10,7 @@ MPI, so every rank validates the same arguments and reaches the same verdict.
 from __future__ import annotations
 
 import dataclasses
+import math
 import datetime
 import os
 import re
@@ -56,6 +57,8 @@ DEFAULT_SIZE_CPU = 1024
 MAX_PREFETCH = 8
 #: ``HPCMM_STEP_ORDER``: the SUMMA steps' order on each rank (:class:`RunConfig` ``step_order``).
 STEP_ORDERS = ("auto", "common")
+#: op(A), op(B): as stored, transposed, conjugate transposed (the transpose for real types, as in BLAS).
+OPS = ("N", "T", "C")
 #: Files the command line names itself when ``--out`` is not given (see :func:`new_output_name`).
 OUTPUT_PATTERN = "hpcmm-results-%Y%m%d-%H%M%S"
 
@@ -129,6 +132,21 @@ def check_utf8(argv) -> None:
             after = f" (after {argv[i - 1]})" if i and str(argv[i - 1]).startswith("-") else ""
             raise InputError(f"argument '{shown}'{after} is not UTF-8 text: hpcmm records its command line "
                              "and file names in UTF-8; rename the file") from None
+
+
+def parse_number(name: str, text: str) -> float:
+    """A finite real number (``--alpha``, ``--beta``).
+
+    >>> parse_number("--alpha", "-1.5e0")
+    -1.5
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{name}={text!r}: expected a number") from None
+    if not math.isfinite(value):
+        raise InputError(f"{name}={text!r}: expected a finite number")
+    return value
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -328,6 +346,12 @@ class RunConfig:
     ranks_per_node: int | None = None
     allow_nonfinite: bool = False
     tf32: bool = False
+    #: C ← α·op(A)·op(B) + β·C; β ≠ 0 reads a C generated from ``seed``.  With op ``T`` or ``C`` the
+    #: stored (generated or read) A is k×m, B n×k.
+    alpha: float = 1.0
+    beta: float = 0.0
+    op_a: str = "N"
+    op_b: str = "N"
     timeline: bool = True
     quiet: bool = False
     #: The local GEMM's operand orders (:mod:`hpcmm.gemm_orders`): ``auto`` (the table) or FC, CC, CF, FF.
@@ -390,6 +414,13 @@ class RunConfig:
         if algo.name != "summa" and self.grid is not None:
             raise InputError(f"--grid={self.grid[0]}x{self.grid[1]}: applies to --algo=summa only, not "
                              f"{self.origin('algo')}={self.algo} (each 2.5d layer takes the most square grid)")
+        for name in ("alpha", "beta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InputError(f"--{name}={value!r}: expected a finite number")
+        for name in ("op_a", "op_b"):
+            if getattr(self, name) not in OPS:
+                raise InputError(f"--{name.replace('_', '-')}={getattr(self, name)!r}: expected one of {', '.join(OPS)}")
         if self.tf32 and self.dtype != "float32":
             raise InputError(f"--tf32 applies to float32 only, not --dtype={self.dtype}")
         if (self.a is None) != (self.b is None):

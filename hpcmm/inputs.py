@@ -25,7 +25,7 @@ from .errors import InputError
 __all__ = ["TILE", "MatrixSource", "generate_block", "open_source"]
 
 TILE = 1024
-_MATRIX_ID = {"A": 1, "B": 2, "x": 3}
+_MATRIX_ID = {"A": 1, "B": 2, "x": 3, "C": 4}
 
 
 def _tile(seed: int, which: str, ti: int, tj: int, shape, dtype: np.dtype) -> np.ndarray:
@@ -43,7 +43,7 @@ def generate_block(seed: int, which: str, shape, rows, cols, dtype) -> np.ndarra
     ----------
     seed : int
         The run's seed.
-    which : {"A", "B"}
+    which : {"A", "B", "C"}
     shape : tuple of int
         Global shape (only the tiling depends on it).
     rows, cols : tuple of int
@@ -230,11 +230,13 @@ def _filters(node) -> list[int]:
     return [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
 
 
-def check_pair(a: MatrixSource, b: MatrixSource) -> tuple[int, int, int]:
-    """``(m, n, k)`` of A·B, or why the shapes do not agree."""
-    (m, ka), (kb, n) = a.shape, b.shape
+def check_pair(a: MatrixSource, b: MatrixSource, op_a: str = "N", op_b: str = "N") -> tuple[int, int, int]:
+    """``(m, n, k)`` of op(A)·op(B), or why the shapes do not agree (with op ``T`` or ``C`` a file holds A as k×m)."""
+    (m, ka), (kb, n) = (a.shape if op_a == "N" else a.shape[::-1]), (b.shape if op_b == "N" else b.shape[::-1])
     if ka != kb:
-        raise InputError(
-            f"--a={a.label} is {m}x{ka} and --b={b.label} is {kb}x{n}: k of A ({ka}) != k of B ({kb})"
-        )
+        shown = [f"{flag}={source.label} is {source.shape[0]}x{source.shape[1]}"
+                 + ("" if op == "N" else f" (op {op}: {rows}x{cols})")
+                 for flag, source, op, (rows, cols) in (("--a", a, op_a, (m, ka)), ("--b", b, op_b, (kb, n)))]
+        a_name, b_name = ("A" if op_a == "N" else "op(A)"), ("B" if op_b == "N" else "op(B)")
+        raise InputError(f"{shown[0]} and {shown[1]}: k of {a_name} ({ka}) != k of {b_name} ({kb})")
     return m, n, ka

@@ -90,10 +90,10 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
             f"{engine.steps} step(s) {engine.step_order}, prefetch {engine.prefetch} | balance {config.balance}")
         verify = _load_inputs(engine, config, sources, say)
         timings = _timed_products(engine, config, say)
-        check = _verify(engine, config, verify)
-        result = _gather_and_write(engine, config, Setup(parts.awareness, parts.arrangement, choice, plan, plan_seconds),
-                                   timings,
-                                   check, write)
+        c0 = _scale(engine, config)
+        check = _verify(engine, config, verify, c0)
+        setup = Setup(parts.awareness, parts.arrangement, choice, plan, plan_seconds)
+        result = _gather_and_write(engine, config, setup, timings, check, write)
         _raise_if_wrong(check, result, config, write)
         return result
 
@@ -112,7 +112,7 @@ def _check_before_work(comm, config: RunConfig, write: bool) -> tuple[MatrixSour
             if config.a is not None:
                 a = open_source("--a", *config.a)
                 b = open_source("--b", *config.b)
-                check_pair(a, b)
+                check_pair(a, b, config.op_a, config.op_b)
                 for src in (a, b):
                     if np.dtype(src.dtype).kind == "c" and np.dtype(config.dtype).kind != "c":
                         raise InputError(f"{src.flag}={src.label} holds {src.dtype}: complex input needs "
@@ -125,7 +125,7 @@ def _check_before_work(comm, config: RunConfig, write: bool) -> tuple[MatrixSour
 def _problem(config: RunConfig, backend, sources) -> tuple[RunConfig, tuple[int, int, int]]:
     """The sizes: from the files, or the device's default."""
     if sources is not None:
-        return config, check_pair(*sources)
+        return config, check_pair(*sources, config.op_a, config.op_b)
     config = config.with_default_size(backend.on_gpu)
     return config, (config.m, config.n, config.k)
 
@@ -202,14 +202,47 @@ def _load_inputs(engine: Engine, config: RunConfig, sources, say) -> str:
 
 
 def _read_blocks(rank: int, layout: Layout, config: RunConfig, sources) -> tuple[np.ndarray, np.ndarray]:
-    (a_rows, a_cols), (b_rows, b_cols) = layout.a_block(rank), layout.b_block(rank)
-    if sources is None:
-        a = generate_block(config.seed, "A", (layout.m, layout.k), a_rows, a_cols, config.dtype)
-        b = generate_block(config.seed, "B", (layout.k, layout.n), b_rows, b_cols, config.dtype)
-        return a, b
-    with np.errstate(over="ignore", invalid="ignore"):  # out of range becomes inf: reported next
-        return tuple(source.read(rows, cols).astype(config.dtype, copy=False)
-                     for source, (rows, cols) in zip(sources, ((a_rows, a_cols), (b_rows, b_cols))))
+    """This rank's blocks of op(A) and op(B): generated or read as stored, then op applied."""
+    blocks = []
+    for name, (rows, cols), op, shape in (("A", layout.a_block(rank), config.op_a, (layout.m, layout.k)),
+                                          ("B", layout.b_block(rank), config.op_b, (layout.k, layout.n))):
+        stored = (rows, cols) if op == "N" else (cols, rows)
+        if sources is None:
+            block = generate_block(config.seed, name, shape if op == "N" else shape[::-1], *stored, config.dtype)
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):  # out of range becomes inf: reported next
+                block = sources["AB".index(name)].read(*stored).astype(config.dtype, copy=False)
+        blocks.append(_apply_op(block, op))
+    return tuple(blocks)
+
+
+def _apply_op(block: np.ndarray, op: str) -> np.ndarray:
+    """op(block): as it is, transposed, or conjugate transposed (the transpose for real types)."""
+    if op == "N":
+        return block
+    return block.T.conj() if op == "C" and block.dtype.kind == "c" else block.T
+
+
+def _scale(engine, config: RunConfig) -> object | None:
+    """Collective: C ← α·C + β·C₀ once the products are over (C₀ generated from ``--seed``); returns C₀.
+
+    The timed products compute op(A)·op(B); the scaling is one pass over C after them.
+    """
+    if config.alpha == 1 and config.beta == 0:
+        return None
+    backend, c = engine.backend, engine.C
+    c0 = None
+    if config.beta != 0:
+        rows, cols = engine.layout.c_block(engine.topo.rank)
+        c0 = backend.from_host(generate_block(config.seed, "C", (engine.layout.m, engine.layout.n), rows, cols,
+                                              config.dtype))
+    if c.size:
+        if config.alpha != 1:
+            c *= config.alpha
+        if c0 is not None:
+            c += config.beta * c0
+    backend.synchronize()
+    return c0
 
 
 def _nonfinite_report(comm, layout, rank, blocks, sources, dtype: str) -> str | None:
@@ -269,12 +302,13 @@ def _timed_products(engine: Engine, config: RunConfig, say) -> Timings:
     return timings
 
 
-def _verify(engine: Engine, config: RunConfig, verify: str) -> Check | None:
+def _verify(engine: Engine, config: RunConfig, verify: str, c0=None) -> Check | None:
     """Collective: the check of C that ``verify`` names (``none``: no check)."""
     # 2.5D stores C once more per partial block added in the reduction.
     # (the longest layer's steps, so that every rank models the same rounding).
     stores = engine.steps + engine.layers.count - 1 if isinstance(engine, LayeredEngine) else engine.steps
-    product = Product(engine.A, engine.B, engine.C, config.dtype, stores, config.tf32)
+    product = Product(engine.A, engine.B, engine.C, config.dtype, stores, config.tf32, alpha=config.alpha,
+                      beta=config.beta, c0=c0)
     if verify == "freivalds":
         return freivalds(engine.topo, engine.layout, engine.backend, product, config.seed)
     if verify == "full":

@@ -107,6 +107,15 @@ class Product:
     dtype: str
     steps: int
     tf32: bool = False
+    #: C = α·A·B + β·C₀: ``c0`` is this rank's block of C₀ (``None`` where β = 0).
+    alpha: float = 1.0
+    beta: float = 0.0
+    c0: object = None
+
+    @property
+    def stores(self) -> int:
+        """Roundings of C: one per step, and one more where α or β scaled it."""
+        return self.steps + (0 if self.alpha == 1 and self.c0 is None else 1)
 
 
 def _real(dtype: str) -> str:
@@ -286,10 +295,21 @@ def freivalds(topo, layout, backend, product: Product, seed: int) -> Check:
     cx = _reduce(cx, topo.comm)
 
     sigma = np.sqrt(a_sq[:, 0] * b_frob2)
-    diff = np.abs(cx - abx[:, 0])
-    live = sigma > 0
+    # C = α·A·B + β·C₀: the same projection of α·A·B + β·C₀, relative to the scale of both terms.
+    # The tolerance's terms below stay those of A·B (relative to its own scale, sigma).
+    target = product.alpha * abx[:, 0]
+    scale = abs(product.alpha) * sigma
+    if product.c0 is not None:
+        c0x = np.zeros((m, 2), dtype=wide)
+        c0x[c_rows[0] : c_rows[1], :1] = _matmul(backend, product.c0, signs[c_cols[0] : c_cols[1], :1].astype(wide))
+        c0x[c_rows[0] : c_rows[1], 1:] = _matmul(backend, product.c0, np.ones((product.c0.shape[1], 1)), squared=True)
+        c0x = _reduce(c0x, topo.comm)
+        target = target + product.beta * c0x[:, 0]
+        scale = scale + abs(product.beta) * np.sqrt(np.abs(c0x[:, 1]))
+    diff = np.abs(cx - target)
+    live, scaled = sigma > 0, scale > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(live, diff / np.where(live, sigma, 1.0), np.where(diff > 0, np.inf, 0.0))
+        ratio = np.where(scaled, diff / np.where(scaled, scale, 1.0), np.where(diff > 0, np.inf, 0.0))
         est = np.sqrt(np.mean(np.abs(abx[:, 1:]) ** 2, axis=1))
         partial = float(np.max(est[live] / sigma[live])) if live.any() else 0.0
         terms = float(np.max(np.sqrt(a_sq[live, 1]) / sigma[live])) if live.any() else 0.0
@@ -301,7 +321,7 @@ def freivalds(topo, layout, backend, product: Product, seed: int) -> Check:
     residuals = [g[0] for g in gathered]
     residual = float("nan") if any(np.isnan(residuals)) else max(residuals)
     partial, terms, product_ratio = (max(g[i] for g in gathered) for i in (1, 2, 3))
-    tol = freivalds_tolerance(product.dtype, k, layout.n, product.steps, product.tf32, rows=layout.m,
+    tol = freivalds_tolerance(product.dtype, k, layout.n, product.stores, product.tf32, rows=layout.m,
                               partial=partial, terms=terms, product=product_ratio)
     return Check("freivalds", residual, tol, detectable(tol, layout.n))
 
@@ -327,24 +347,28 @@ def full_check(topo, layout, backend, product: Product) -> Check:
     m, n, k = layout.m, layout.n, layout.k
     check_full_size(m, n, k, product.dtype)
     wide = _wide(product.c.dtype)
-    mine = tuple(backend.to_host(x).astype(wide) for x in (product.a, product.b, product.c))
+    c0 = product.c0 if product.c0 is not None else backend.xp.zeros(product.c.shape, product.c.dtype)
+    mine = tuple(backend.to_host(x).astype(wide) for x in (product.a, product.b, product.c, c0))
     gathered = topo.comm.gather(mine, root=0)
     residual = power = None
-    tol = tolerance(product.dtype, k, product.steps, product.tf32)
-    floor = underflow(product.dtype, k, product.steps)
+    tol = tolerance(product.dtype, k, product.stores, product.tf32)
+    floor = underflow(product.dtype, k, product.stores)
     if topo.rank == 0:
         A = np.full((m, k), np.nan, dtype=wide)
         B = np.full((k, n), np.nan, dtype=wide)
         C = np.full((m, n), np.nan, dtype=wide)
-        for r, (a, b, c) in enumerate(gathered):
+        C0 = np.full((m, n), np.nan, dtype=wide)
+        for r, (a, b, c, c0_block) in enumerate(gathered):
             for target, block, (rr, cc) in (
                 (A, a, layout.a_block(r)),
                 (B, b, layout.b_block(r)),
                 (C, c, layout.c_block(r)),
+                (C0, c0_block, layout.c_block(r)),
             ):
                 target[rr[0] : rr[1], cc[0] : cc[1]] = block
-        ref = A @ B
-        scale = np.abs(A) @ np.abs(B)
+        # C = α·A·B + β·C₀ (C₀ zero where β = 0); an element's scale is that of both terms.
+        ref = product.alpha * (A @ B) + product.beta * C0
+        scale = abs(product.alpha) * (np.abs(A) @ np.abs(B)) + abs(product.beta) * np.abs(C0)
         diff = np.abs(C - ref)
         with np.errstate(divide="ignore", invalid="ignore"):
             # An element fails once its error exceeds tol·(|A||B|)_ij + floor (results that underflow

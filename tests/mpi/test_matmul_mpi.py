@@ -243,3 +243,40 @@ def test_device_operands(kind, op_a):
         whole = hpcmm.gather(comm, layout, host)
     if rank == 0:
         np.testing.assert_allclose(whole, a @ b + 0.5 * c0, rtol=1e-12, atol=1e-12 * k)
+
+
+@pytest.mark.parametrize("dtype, op_a, op_b, alpha, beta, verify", [
+    ("float64", "T", "N", 2.5, -1.5, "freivalds"),
+    ("complex128", "C", "T", -0.5, 0.75, "full"),
+    ("float32", "N", "C", 1.0, 2.0, "freivalds"),
+    ("bfloat16", "T", "T", 1.0, 0.0, "full"),
+])
+def test_the_command_lines_gemm_semantics(mpi_tmp_path, dtype, op_a, op_b, alpha, beta, verify):
+    """``run`` with --alpha/--beta/--op-a/--op-b: C as saved against numpy on the generated inputs, checked."""
+    import h5py
+
+    from hpcmm.config import RunConfig
+    from hpcmm.dtypes import read_dataset
+    from hpcmm.inputs import generate_block
+
+    comm = MPI.COMM_WORLD
+    m, n, k = _shape(comm.size)
+    out = str(mpi_tmp_path / "gemm.h5")
+    config = RunConfig(m=m, n=n, k=k, dtype=dtype, op_a=op_a, op_b=op_b, alpha=alpha, beta=beta, verify=verify,
+                       save_c=True, out=out, iters=1, warmup=0, quiet=True, overwrite=True)
+    result = hpcmm.run(config, comm=comm)
+    assert result.check.passed
+    if comm.rank == 0:
+        kind = numpy_dtype(dtype)
+        stored_a = generate_block(42, "A", (m, k)[::1 if op_a == "N" else -1], (0, (m, k)[op_a != "N"]),
+                                  (0, (m, k)[op_a == "N"]), kind)
+        stored_b = generate_block(42, "B", (k, n)[::1 if op_b == "N" else -1], (0, (k, n)[op_b != "N"]),
+                                  (0, (k, n)[op_b == "N"]), kind)
+        c0 = generate_block(42, "C", (m, n), (0, m), (0, n), kind)
+        a, b = _wide(_stored(stored_a, op_a)), _wide(_stored(stored_b, op_b))
+        ref = alpha * (a @ b) + beta * _wide(c0)
+        with h5py.File(out, "r") as f:
+            got = _wide(read_dataset(f["result/C"]).astype(np.complex128 if np.dtype(kind).kind == "c"
+                                                            else np.float64))
+        bound = _bound(dtype, k, alpha, beta, a, b, _wide(c0))
+        assert np.max(np.abs(got - ref) / bound) <= 1
