@@ -43,7 +43,7 @@ from time import perf_counter
 
 import numpy as np
 
-from .algorithms import Step, panel_candidates, prefetch_of, rank_plan, ring_depth
+from .algorithms import Step, panel_candidates, prefetch_of, rank_plan, ring_depth, step_order
 from .balance import ranks_per_device
 from .config import RunConfig
 from .errors import InputError, agree, collective_setup, raised_everywhere
@@ -230,7 +230,7 @@ class Engine:
         #: ``own-first``: where every panel is a one-sided pull (one node), each rank starts k with its
         #: own blocks (:func:`~hpcmm.algorithms.own_start`); ``common``: every rank in the same order,
         #: which the broadcasts between nodes need.
-        self.step_order = "own-first" if config.step_order == "auto" and topo.vnode_count == 1 else "common"
+        self.step_order = step_order(config.step_order, topo.vnode_count)
         self.plan: list[Step] = rank_plan(layout, topo.rank, self.panel, self.prefetch,
                                           own_order=self.step_order == "own-first")
         #: Steps of the longest plan: every rank's step records are that long (zeros after its own).

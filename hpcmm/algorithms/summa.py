@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from ..layout import Layout
 
 __all__ = ["DEFAULT_PREFETCH", "TF32_PREFETCH", "Step", "auto_panel", "auto_prefetch", "own_start", "panel_candidates",
-           "prefetch_of", "rank_plan", "ring_depth", "summa_plan"]
+           "prefetch_of", "rank_plan", "ring_depth", "step_order", "summa_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +138,19 @@ def own_start(layout: Layout, rank: int) -> tuple[int, bool]:
     own = [(layout.extent(layout.rows(row)), a_lo)] if a_hi > a_lo else []
     own += [(layout.extent(layout.cols(col)), b_lo)] if b_hi > b_lo else []
     return (max(own, key=lambda o: o[0])[1] if own else 0), False
+
+
+def step_order(setting: str, nodes: int) -> str:
+    """The order of a rank's SUMMA steps: ``own-first`` or ``common``.
+
+    ``own-first`` (each rank starts k with its own blocks, :func:`own_start`) only where every
+    panel is a one-sided pull, on one node; between nodes the broadcasts need every rank in the
+    same order.  ``setting`` is ``step_order`` (``HPCMM_STEP_ORDER``): ``auto`` or ``common``.
+
+    >>> step_order("auto", 1), step_order("auto", 2), step_order("common", 1)
+    ('own-first', 'common', 'common')
+    """
+    return "own-first" if setting == "auto" and nodes == 1 else "common"
 
 
 def rank_plan(layout: Layout, rank: int, panel: int, prefetch: int, own_order: bool) -> list[Step]:
