@@ -453,13 +453,12 @@ class RunConfig:
         return "--" + field.replace("_", "-")
 
     def with_default_size(self, on_gpu: bool) -> RunConfig:
-        """Fill unset sizes with the default problem for the device."""
+        """Fill unset sizes: ``m`` with the device's default, ``n`` and ``k`` with ``m``."""
         if self.a is not None:
             return self
-        size = DEFAULT_SIZE_GPU if on_gpu else DEFAULT_SIZE_CPU
-        return dataclasses.replace(
-            self, m=self.m or size, n=self.n or size, k=self.k or size
-        )
+        m = self.m or (DEFAULT_SIZE_GPU if on_gpu else DEFAULT_SIZE_CPU)
+        # --n and --k follow --m, as the help says ("--m 3072" is 3072x3072 @ 3072x3072).
+        return dataclasses.replace(self, m=m, n=self.n or m, k=self.k or m)
 
     def replace(self, **changes) -> RunConfig:
         """A copy with ``changes`` applied (and validated)."""

@@ -70,9 +70,13 @@ def test_defaults_are_valid_and_complete():
     gpu = config.with_default_size(on_gpu=True)
     assert (cpu.m, cpu.n, cpu.k) == (DEFAULT_SIZE_CPU,) * 3
     assert (gpu.m, gpu.n, gpu.k) == (DEFAULT_SIZE_GPU,) * 3
-    # Sizes that were given stay.
+    # Sizes that were given stay; --n and --k follow --m where they are not given ("default as --m").
     partial = RunConfig(m=17).with_default_size(on_gpu=False)
-    assert (partial.m, partial.n, partial.k) == (17, DEFAULT_SIZE_CPU, DEFAULT_SIZE_CPU)
+    assert (partial.m, partial.n, partial.k) == (17, 17, 17)
+    mixed = RunConfig(m=3072, k=5).with_default_size(on_gpu=True)
+    assert (mixed.m, mixed.n, mixed.k) == (3072, 3072, 5)
+    only_n = RunConfig(n=9).with_default_size(on_gpu=False)
+    assert (only_n.m, only_n.n, only_n.k) == (DEFAULT_SIZE_CPU, 9, DEFAULT_SIZE_CPU)
     # Sizes from files are not filled in.
     files = RunConfig(a=("a.h5", "A"), b=("a.h5", "B")).with_default_size(on_gpu=True)
     assert files.m is None
