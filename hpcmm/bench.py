@@ -20,7 +20,7 @@ For each case (``dtype:N`` or ``dtype:MxNxK``; ``tf32`` means float32 with
 
 ``python -m hpcmm bench transport`` measures the data paths instead
 (:mod:`hpcmm.bench_transport`).  Rank 0 prints a table; the HDF5 file
-(``--out``, default ``hpcmm-bench.h5``) holds every figure.
+(``--out``, default ``hpcmm-bench-YYYYmmdd-HHMMSS.h5``, a new name each time) holds every figure.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from mpi4py import MPI
 
 from . import h5io
 from .bench_reference import HPCMM_ONE_RANK, best_index, combine, measure_candidates
-from .config import RunConfig
+from .bench_transport import default_output
+from .config import BENCH_CASES, RunConfig
 from .errors import InputError, collective
 from .gemm_orders import gemm_order
 from .metadata import versions
@@ -44,7 +45,7 @@ from .summary import product_flops
 
 __all__ = ["bench_main", "parse_cases", "pick_reference"]
 
-DEFAULT_CASES = "float64:16384;float32:16384"
+DEFAULT_CASES = BENCH_CASES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +190,7 @@ def bench_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
 
 def _bench_cases(ns, config: RunConfig, comm: MPI.Comm, topo, backend) -> int:
     cases = parse_cases(ns.cases or DEFAULT_CASES)
-    out = config.out if config.out != RunConfig.out else "hpcmm-bench.h5"
+    out = default_output(config, "bench")
     with collective(comm):
         if comm.Get_rank() == 0:
             h5io.check_output_path(out, config.overwrite)
@@ -245,7 +246,7 @@ def _bench_cases(ns, config: RunConfig, comm: MPI.Comm, topo, backend) -> int:
         tables = {"bench": rows, "reference": references}
         if peer_rows:
             tables["peers"] = peer_rows
-        h5io.write_tables_file(out, config.overwrite, "bench", tables, versions())
+        out = h5io.write_tables_file(out, config.overwrite, "bench", tables, versions())
         _print_table(rows, out)
     return 0 if all(r["verified"] for r in rows) else 1
 

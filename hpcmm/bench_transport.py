@@ -34,7 +34,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import h5io
-from .config import RunConfig
+from .config import TRANSPORT_SIZES_MIB, RunConfig, new_output_name
 from .errors import InputError, collective
 from .metadata import versions
 from .placement import placement
@@ -42,9 +42,9 @@ from .transport import decide
 from .transport.ipc import IpcPeerMemory, ShmPeerMemory
 from .transport.mpi import DirectBroadcast, StagedBroadcast
 
-__all__ = ["transport_main", "parse_sizes", "DEFAULT_SIZES_MIB"]
+__all__ = ["transport_main", "parse_sizes", "default_output", "DEFAULT_SIZES_MIB"]
 
-DEFAULT_SIZES_MIB = (1, 4, 16, 64, 256, 1024)
+DEFAULT_SIZES_MIB = TRANSPORT_SIZES_MIB
 #: Largest size --sizes takes (MiB): 1 TiB, far beyond any device, small enough for every integer type.
 MAX_SIZE_MIB = 1 << 20
 #: Buffers of the largest size one rank holds at once (exported or sent, received, staged, spare).
@@ -158,12 +158,22 @@ def _event_timed(backend, path, nbytes, fn) -> dict:
     return {"src": -1, "dst": -1, "path": path, "bytes": nbytes, "seconds": sec, "gbps": nbytes / sec / 1e9}
 
 
+def default_output(config: RunConfig, kind: str) -> str:
+    """``config.out``, or where it is RunConfig's own default (no name given) a new name of ``kind``
+    (:func:`~hpcmm.config.new_output_name`) that gives way to the next free one should another run take it."""
+    if config.out != RunConfig.out:
+        return config.out
+    out = new_output_name(kind=kind)
+    h5io.RENAMEABLE.add(out)
+    return out
+
+
 def transport_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
     size = comm.Get_size()
     if size < 2:
         raise InputError("bench transport needs at least 2 ranks (mpiexec -n 2 ...)")
     sizes = parse_sizes(ns.sizes)
-    out = config.out if config.out != RunConfig.out else "hpcmm-transport.h5"
+    out = default_output(config, "transport")
     with collective(comm):
         if comm.Get_rank() == 0:
             h5io.check_output_path(out, config.overwrite)
@@ -187,7 +197,7 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
     if comm.Get_rank() == 0:
         rows = [r for part in gathered for r in part]
         _print(rows)
-        h5io.write_table_file(out, config.overwrite, "bench-transport", "transport", rows, versions())
+        out = h5io.write_table_file(out, config.overwrite, "bench-transport", "transport", rows, versions())
         print(f"figures: {out}")
     return 0
 

@@ -399,23 +399,31 @@ def _command(argv: list[str], comm) -> int:
         from .bench import bench_main  # noqa: PLC0415
 
         return bench_main(ns, config, comm)
-    return _run_main(config, comm)
+    return _run_main(config, comm, named=ns.out is None)
 
 
-def _run_main(config: RunConfig, comm) -> int:
+def _run_main(config: RunConfig, comm, named: bool = False) -> int:
+    """``run``; ``named``: hpcmm named the file (no ``--out``), which may then take the next free name
+    should another run publish one of the same name first (:data:`hpcmm.h5io.RENAMEABLE`)."""
+    from . import h5io  # noqa: PLC0415
     from .run import run  # noqa: PLC0415
     from .summary import print_summary  # noqa: PLC0415
 
     rank = comm.Get_rank()
     config = config.replace(out=comm.bcast(config.out, root=0))  # a default name: rank 0's
+    if named:
+        h5io.RENAMEABLE.add(config.out)
+
+    def published(path):  # the name the file took (rank 0)
+        return h5io.PUBLISHED[-1] if h5io.PUBLISHED else path
     progress = None if config.quiet else (lambda msg: _print(rank, f"hpcmm: {msg}", err=True))
     result = None
     try:
         result = run(config, comm, progress=progress)
     except HpcmmError as exc:
         if rank == 0 and getattr(exc, "summary", None):
-            print_summary(exc.summary, config.out)
+            print_summary(exc.summary, published(config.out))
         raise
     if rank == 0:
-        print_summary(result.summary, result.path)
+        print_summary(result.summary, published(result.path))
     return 0

@@ -37,6 +37,7 @@ __all__ = [
     "RunConfig",
     "check_utf8",
     "new_output_name",
+    "next_output_name",
     "parse_grid",
     "parse_matrix_source",
     "parse_positive_int",
@@ -92,24 +93,54 @@ def parse_positive_int(name: str, text: object, *, minimum: int = 1, maximum: in
     return value
 
 
-def new_output_name(directory: str = ".", now: datetime.datetime | None = None) -> str:
-    """A results file name that no file in ``directory`` has yet.
+#: What each command that writes a file names it when ``--out`` is not given: ``run``'s results,
+#: ``bench``'s and ``bench transport``'s figures (``hpcmm-bench-YYYYmmdd-HHMMSS.h5``, ...).
+OUTPUT_KINDS = ("results", "bench", "transport")
+#: ``bench``'s cases when ``--cases`` is not given (:mod:`hpcmm.bench`; here, where the help reads it).
+BENCH_CASES = "float64:16384;float32:16384"
+#: ``bench transport``'s sizes in MiB when ``--sizes`` is not given (:mod:`hpcmm.bench_transport`).
+TRANSPORT_SIZES_MIB = (1, 4, 16, 64, 256, 1024)
 
-    ``hpcmm-results-YYYYmmdd-HHMMSS.h5`` from the local time, with ``-2``,
-    ``-3``, ... appended when runs start within the same second, so that running
-    the same command twice never collides with the first run's file.
+
+def new_output_name(directory: str = ".", now: datetime.datetime | None = None, kind: str = "results") -> str:
+    """A file name that no file in ``directory`` has yet, for a ``kind`` of :data:`OUTPUT_KINDS`.
+
+    ``hpcmm-results-YYYYmmdd-HHMMSS.h5`` from the local time (``hpcmm-bench-...``
+    for ``bench``), with ``-2``, ``-3``, ... appended when runs start within the
+    same second, so that running the same command twice never collides with the
+    first run's file.  Two runs started at once may still pick the same name:
+    the one that publishes second takes the next free one
+    (:func:`next_output_name`, :func:`hpcmm.h5io.publish`).
 
     Examples
     --------
     >>> new_output_name("/nonexistent", datetime.datetime(2026, 11, 29, 23, 5, 7))
     'hpcmm-results-20261129-230507.h5'
+    >>> new_output_name("/nonexistent", datetime.datetime(2026, 11, 29, 23, 5, 7), kind="transport")
+    'hpcmm-transport-20261129-230507.h5'
     """
-    stem = (now or datetime.datetime.now()).strftime(OUTPUT_PATTERN)
-    name, number = f"{stem}.h5", 1
+    if kind not in OUTPUT_KINDS:
+        raise ValueError(f"kind={kind!r}: expected one of {', '.join(OUTPUT_KINDS)}")
+    stem = (now or datetime.datetime.now()).strftime(OUTPUT_PATTERN.replace("results", kind, 1))
+    name = f"{stem}.h5"
     while os.path.lexists(os.path.join(directory, name)):
-        number += 1
-        name = f"{stem}-{number}.h5"
+        name = next_output_name(name)
     return name
+
+
+def next_output_name(path: str) -> str:
+    """The name after ``path`` in :func:`new_output_name`'s sequence (whether or not a file has it).
+
+    >>> next_output_name("out/hpcmm-results-20261129-230507.h5"), next_output_name("hpcmm-bench-20261129-230507-2.h5")
+    ('out/hpcmm-results-20261129-230507-2.h5', 'hpcmm-bench-20261129-230507-3.h5')
+    >>> next_output_name("mine.h5")
+    'mine-2.h5'
+    """
+    directory, base = os.path.split(path)
+    stem, ext = os.path.splitext(base)
+    counted = re.fullmatch(r"(hpcmm-[a-z]+-\d{8}-\d{6})-(\d+)", stem)  # the time stamp's digits are no count
+    name = f"{counted.group(1)}-{int(counted.group(2)) + 1}" if counted else f"{stem}-2"
+    return os.path.join(directory, name + ext)
 
 
 def check_utf8(argv) -> None:

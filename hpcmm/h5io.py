@@ -91,6 +91,10 @@ def check_output_path(path: str, overwrite: bool, inputs=()) -> None:
 #: The results file this process published (rank 0), for the signal handler's last word.
 PUBLISHED: list[str] = []
 
+#: Names hpcmm chose itself (no ``--out``, :func:`hpcmm.config.new_output_name`): where another run
+#: took one by the time :func:`publish` comes to it, the file takes the next free name instead.
+RENAMEABLE: set[str] = set()
+
 
 def _final_name(tmp: str) -> str:
     """``--out`` of a temporary file of :func:`temporary_path`."""
@@ -440,17 +444,28 @@ def write_c_block(comm, tmp: str, block: np.ndarray, rows, cols) -> None:
         raise error
 
 
-def publish(tmp: str, path: str, overwrite: bool) -> None:
-    """Rank 0: make the complete temporary file appear under ``path``."""
+def publish(tmp: str, path: str, overwrite: bool) -> str:
+    """Rank 0: make the complete temporary file appear under ``path``; returns the name it took.
+
+    That is ``path``, or for a name of :data:`RENAMEABLE` that another file took meanwhile the next
+    free one of its sequence (:func:`hpcmm.config.next_output_name`).
+    """
+    from .config import next_output_name  # noqa: PLC0415
+
     with _writing(tmp), open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
     if overwrite:
         os.replace(tmp, path)
     else:
         try:
-            os.link(tmp, path)  # fails if the name exists: nothing is replaced
-        except FileExistsError:
-            raise InputError(f"--out={path}: file appeared during the run (pass --overwrite)") from None
+            while True:
+                try:
+                    os.link(tmp, path)  # fails if the name exists: nothing is replaced
+                    break
+                except FileExistsError:
+                    if path not in RENAMEABLE:
+                        raise InputError(f"--out={path}: file appeared during the run (pass --overwrite)") from None
+                    RENAMEABLE.add(path := next_output_name(path))
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -459,15 +474,17 @@ def publish(tmp: str, path: str, overwrite: bool) -> None:
         dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
         os.fsync(dfd)
         os.close(dfd)
+    return path
 
 
-def write_table_file(out: str, overwrite: bool, kind: str, name: str, rows: list[dict], vers: dict) -> None:
-    """Rank 0: a small file holding one table (the benchmarks' figures), written atomically."""
-    write_tables_file(out, overwrite, kind, {name: rows}, vers)
+def write_table_file(out: str, overwrite: bool, kind: str, name: str, rows: list[dict], vers: dict) -> str:
+    """Rank 0: a small file holding one table (the benchmarks' figures), written atomically; its name."""
+    return write_tables_file(out, overwrite, kind, {name: rows}, vers)
 
 
-def write_tables_file(out: str, overwrite: bool, kind: str, tables: dict[str, list[dict]], vers: dict) -> None:
-    """Rank 0: a small file of tables (name → rows with the same keys), written atomically."""
+def write_tables_file(out: str, overwrite: bool, kind: str, tables: dict[str, list[dict]], vers: dict) -> str:
+    """Rank 0: a small file of tables (name → rows with the same keys), written atomically; the name
+    it took (:func:`publish`)."""
     import datetime  # noqa: PLC0415
 
     tmp = temporary_path(out, guarded=True)
@@ -481,7 +498,7 @@ def write_tables_file(out: str, overwrite: bool, kind: str, tables: dict[str, li
                 _attrs(f.create_group("versions"), vers)
                 for name, rows in tables.items():
                     _table(f, name, rows)
-        publish(tmp, out, overwrite)
+        return publish(tmp, out, overwrite)
     finally:
         remove_temporary(tmp)
         release_guard(tmp)
