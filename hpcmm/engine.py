@@ -87,7 +87,10 @@ def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: in
                   relayout: tuple[int, int] = (0, 0)) -> int:
     """Bytes one rank's blocks, panel ring and re-layout scratch take on its device.
 
-    ``ring`` is the slots per operand, :func:`~hpcmm.algorithms.ring_depth`;
+    ``ring`` is the slots per operand, :func:`~hpcmm.algorithms.ring_depth`,
+    kept only for an operand whose channel has other members (A along the
+    grid's rows, B down its columns): a rank alone in a channel multiplies
+    its own panels where they lie and receives nothing.
     ``relayout`` the scratch slots of A's and B's panels (the engine's ring
     where the GEMM takes that operand in the other order, else 0).  Every
     stored column of A and row of B and C is padded
@@ -98,9 +101,28 @@ def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: in
     (m_loc, k_a), (k_b, n_loc) = shapes["A"], shapes["B"]
     ld_a, ld_bc, ld_panel = (padded(extent, itemsize) for extent in (m_loc, n_loc, panel))
     blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
-    slots = ring * panel * (ld_a + ld_bc)
+    slots = ring * panel * (ld_a * (layout.grid.cols > 1) + ld_bc * (layout.grid.rows > 1))
     scratch = ld_panel * (relayout[0] * m_loc + relayout[1] * n_loc)
     return (blocks + slots + scratch) * itemsize
+
+
+#: The most bytes of a block that :meth:`Engine.load` moves to the device at once.
+LOAD_PIECE_BYTES = 256 << 20
+
+
+def _copy_in(backend, target, host: np.ndarray, dtype: np.dtype, axis: int) -> None:
+    """``target[...] = host`` in pieces along ``axis`` (columns or rows), each converted on its own."""
+    if not target.size:
+        return
+    if not backend.on_gpu:
+        target[...] = host
+        return
+    line_bytes = host.shape[1 - axis] * dtype.itemsize
+    per_piece = max(1, LOAD_PIECE_BYTES // max(line_bytes, 1))
+    order = "F" if axis == 1 else "C"
+    for start in range(0, host.shape[axis], per_piece):
+        part = (slice(None), slice(start, start + per_piece)) if axis == 1 else (slice(start, start + per_piece),)
+        target[part] = backend.xp.asarray(np.asarray(host[part], dtype=dtype, order=order))
 
 
 def device_need(needs, device) -> tuple[int, int]:
@@ -341,12 +363,13 @@ class Engine:
         return flat.reshape(shape, order=order)
 
     def load(self, a_host: np.ndarray, b_host: np.ndarray) -> None:
-        """Copy this rank's blocks in (host arrays of the block shapes), then align the ranks."""
-        xp = self.backend.xp
-        if self.A.size:
-            self.A[...] = xp.asarray(np.asfortranarray(a_host, dtype=self.dtype))
-        if self.B.size:
-            self.B[...] = xp.asarray(np.ascontiguousarray(b_host, dtype=self.dtype))
+        """Copy this rank's blocks in (host arrays of the block shapes), then align the ranks.
+
+        In pieces of at most :data:`LOAD_PIECE_BYTES`: the device never holds a
+        second full-size copy of a block beside the block itself.
+        """
+        _copy_in(self.backend, self.A, a_host, self.dtype, axis=1)  # A is column-major: whole columns
+        _copy_in(self.backend, self.B, b_host, self.dtype, axis=0)  # B row-major: whole rows
         self.backend.synchronize()
         # Peers read these blocks from now on.
         self.topo.comm.Barrier()

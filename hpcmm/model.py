@@ -1213,7 +1213,9 @@ def memory_bytes(problem: Problem, grid: Grid, panel: int, ring: int, relayout: 
     ld_a, ld_bc = padded(m_loc, problem.itemsize), padded(n_loc, problem.itemsize)
     blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
     scratch = padded(panel, problem.itemsize) * (relayout[0] * m_loc + relayout[1] * n_loc)
-    return (blocks + ring * panel * (ld_a + ld_bc) + scratch) * problem.itemsize
+    # Ring slots only for an operand whose channel has other members (engine.memory_needed).
+    slots = ring * panel * (ld_a * (grid.cols > 1) + ld_bc * (grid.rows > 1))
+    return (blocks + slots + scratch) * problem.itemsize
 
 
 def _sharing_efficiency(machine: Machine, mps: bool) -> float:
@@ -1459,49 +1461,61 @@ def fit_gemm_curve(samples, dtype: str, memory_gbps: float, accumulate_passes: f
 
 def add_model_parser(sub, argtype_int) -> None:
     """The ``model`` subcommand's parser (``argtype_int(name, minimum)`` is the CLI's int type)."""
-    p = sub.add_parser("model", help="predict a product's time from a machine description (no GPUs needed)")
+    p = sub.add_parser("model", help="predict a product's time from a machine description (no GPUs needed)",
+                       description="The cost model: predict a product's time (predict), fit a description of this "
+                                   "machine (measure, links), compare results files with predictions (check), "
+                                   "print a description (show) or scaling tables (scaling).")
     p.add_argument("what", nargs="?", choices=("predict", "measure", "links", "check", "show", "scaling"),
-                   default="predict")
+                   default="predict", help="what to do (default predict)")
     p.add_argument("files", nargs="*", metavar="FILE.h5", help="check: results files of measured runs")
     p.add_argument("--machine", default=None,
-                   help="built-in name or JSON file (default h200x2; measure: the description to start from; "
-                        "links: the description whose links are replaced; check: several, comma separated, each "
-                        "run predicted with the one whose links were measured last before it)")
-    p.add_argument("--m", type=argtype_int("--m", 1), default=8192)
-    p.add_argument("--n", type=argtype_int("--n", 1), default=None, help="default: m")
-    p.add_argument("--k", type=argtype_int("--k", 1), default=None, help="default: m")
-    p.add_argument("--dtype", choices=tuple(ITEMSIZE), default="float64")
-    p.add_argument("--ranks", type=argtype_int("--ranks", 1), default=2)
-    p.add_argument("--ranks-per-node", type=argtype_int("--ranks-per-node", 1), default=None, metavar="R")
+                   help=f"built-in name or JSON file (default {DEFAULT_MACHINE}; measure: the description to start "
+                        "from; links: the description whose links are replaced; check: several, comma separated, "
+                        "each run predicted with the one whose links were measured last before it)")
+    p.add_argument("--m", type=argtype_int("--m", 1), default=8192, help="rows of A and C (default 8192)")
+    p.add_argument("--n", type=argtype_int("--n", 1), default=None, help="columns of B and C (default as --m)")
+    p.add_argument("--k", type=argtype_int("--k", 1), default=None, help="columns of A, rows of B (default as --m)")
+    p.add_argument("--dtype", choices=tuple(ITEMSIZE), default="float64", help="element type (default float64)")
+    p.add_argument("--ranks", type=argtype_int("--ranks", 1), default=2, help="ranks of the run (default 2)")
+    p.add_argument("--ranks-per-node", type=argtype_int("--ranks-per-node", 1), default=None, metavar="R",
+                   help="the run's --ranks-per-node (default: the ranks of a host)")
     p.add_argument("--ranks-per-host", type=argtype_int("--ranks-per-host", 1), default=None, metavar="H",
                    help="ranks on one physical host (default one per device; all on a one-host machine)")
-    p.add_argument("--grid", default=None, metavar="PRxPC")
-    p.add_argument("--panel", type=argtype_int("--panel", 1), default=None)
+    p.add_argument("--grid", default=None, metavar="PRxPC",
+                   help="process grid (default: the run's, the most square grid turned by type)")
+    p.add_argument("--panel", type=argtype_int("--panel", 1), default=None, metavar="W",
+                   help="SUMMA panel width (default: the run's choice, narrower where memory is short)")
     p.add_argument("--prefetch", type=argtype_int("--prefetch", 0), default=None,
                    help="panels in flight (default: the run's, 2 for tf32 on a GPU machine, else 1)")
-    p.add_argument("--algo", default="summa", help="summa (as built), split-relay, 2.5d, 2.5d:C, auto")
-    p.add_argument("--cuda-aware", choices=("yes", "no"), default=None, help="default: the machine's")
+    p.add_argument("--algo", default="summa", help="summa (as built), split-relay, 2.5d, 2.5d:C, auto "
+                                                   "(default summa)")
+    p.add_argument("--cuda-aware", choices=("yes", "no"), default=None, help="MPI takes device buffers "
+                                                                             "(default: the machine's)")
     p.add_argument("--balance", choices=("share", "none"), default="share",
                    help="the run's --balance: share (the default: weighted blocks where ranks share GPUs "
                         "unevenly) or none (equal blocks)")
     p.add_argument("--mps", choices=("yes", "no"), default="no",
-                   help="ranks that share a GPU run under an MPS daemon (yes) or time-slice it (no)")
+                   help="ranks that share a GPU run under an MPS daemon (yes) or time-slice it (no) (default no)")
     p.add_argument("--step-order", choices=("auto", "common"), default="auto",
-                   help="the run's HPCMM_STEP_ORDER: auto (each rank its own order on one node) or common")
-    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+                   help="the run's HPCMM_STEP_ORDER: auto (each rank its own order on one node) or common "
+                        "(default auto)")
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON (default: as text)")
     p.add_argument("--transport", metavar="FILE.h5[,FILE.h5]",
-                   help="measure, links: `bench transport` file(s) for the links (several pairs at once: staged-xK rows)")
+                   help="measure, links: `bench transport` file(s) for the links (several pairs at once: staged-xK "
+                        "rows; links: required; measure: default the links of --machine)")
     p.add_argument("--dtypes", default=None, help="measure: types of the GEMM sweep (default float64,float32)")
-    p.add_argument("--save", metavar="FILE.json", help="measure, links: where to write the description")
+    p.add_argument("--save", metavar="FILE.json", help="measure, links: where to write the description "
+                                                        "(required there; no default)")
     p.add_argument("--shapes", default=None, metavar="MxNxW[,MxNxW...]",
                    help="measure: C blocks (M x N, in steps of depth W) to time exactly beside the sweep, as a "
                         "run's ranks hold them; each takes its measured rate in the description (the curve "
-                        "cannot tell a tall block from a wide one of the same area)")
+                        "cannot tell a tall block from a wide one of the same area; default: none)")
     p.add_argument("--sweep-seconds", type=float, default=None, metavar="S",
                    help="measure: seconds each GEMM shape runs back to back (default 0.3 on a GPU, 0.02 on a "
                         f"CPU; the whole sweep stays within {SWEEP_BUDGET_SECONDS:g} s)")
-    p.add_argument("--nodes", default="1,2,4,8,16,32,64", help="scaling: node counts")
-    p.add_argument("--sizes", default="16384,32768,65536,131072,262144", help="scaling: sizes")
+    p.add_argument("--nodes", default="1,2,4,8,16,32,64", help="scaling: node counts (default 1,2,4,8,16,32,64)")
+    p.add_argument("--sizes", default="16384,32768,65536,131072,262144",
+                   help="scaling: sizes (default 16384,32768,65536,131072,262144)")
 
 
 def _parse_grid(text):

@@ -131,12 +131,14 @@ class PanelChannel:
         self.leaders: dict[int, MPI.Comm] = {}
         self.slot_nbytes = slot_nbytes
         self.closed = False
+        # A member alone in its channel fetches only its own panels, in place: no slot to receive into.
+        slot_count = self.ring if comm.Get_size() > 1 else 0
         try:
-            local = self.peers.allocate(block_nbytes + self.ring * slot_nbytes)
+            local = self.peers.allocate(block_nbytes + slot_count * slot_nbytes)
             self.block = local[:block_nbytes]
             self.slots = [
                 local[block_nbytes + i * slot_nbytes : block_nbytes + (i + 1) * slot_nbytes]
-                for i in range(self.ring)
+                for i in range(slot_count)
             ]
             # Where each node peer's ring starts inside its exported buffer.
             self.peer_block_nbytes = self.intra.allgather(block_nbytes)
