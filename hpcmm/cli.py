@@ -1,4 +1,4 @@
-"""Command line: ``python -m hpcmm [run|info|bench|report]``.
+"""Command line: ``python -m hpcmm [run|info|bench|report|model]`` (or ``hpcmm ...``, the console script).
 
 Examples::
 
@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 
 from .config import BALANCE_MODES, DEVICES, DTYPES, MAX_PREFETCH, OPS, TRISTATE, VERIFY_MODES, RunConfig
-from .config import new_output_name, parse_number
+from .config import DEFAULT_SIZE_CPU, DEFAULT_SIZE_GPU, OUTPUT_PATTERN, new_output_name, parse_number
 from .config import check_utf8, parse_grid, parse_matrix_source, parse_positive_int, settings_from_environment
 from . import status as status_file
 from .algorithms import DEFAULT_PREFETCH, TF32_PREFETCH
@@ -119,29 +120,33 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--version", action="version", version=f"hpcmm {__version__}")
     p.add_argument("--status-file", metavar="PATH",
                    help="rank 0 writes the exit status and a one-line reason to PATH at the end "
-                        "(batch scripts read it); written atomically")
+                        "(batch scripts read it); written atomically (default: none)")
 
 
-def _add_placement_options(p: argparse.ArgumentParser) -> None:
+def _add_placement_options(p: argparse.ArgumentParser, grid: bool = True) -> None:
     g = p.add_argument_group("placement")
     g.add_argument("--device", choices=DEVICES, help=f"where to compute; auto: the GPU if cupy sees one "
                    f"{_default('device')}")
-    g.add_argument("--grid", type=_argtype(parse_grid), metavar="PRxPC",
-                   help="process grid (default: the most square grid, MPI.Compute_dims; rows <= cols for float64 "
-                        "on GPUs, HPCMM_GRID_ORIENTATION)")
+    if grid:
+        g.add_argument("--grid", type=_argtype(parse_grid), metavar="PRxPC",
+                       help="process grid (default: the most square grid, MPI.Compute_dims; rows <= cols for "
+                            "float64 on GPUs, HPCMM_GRID_ORIENTATION)")
     g.add_argument("--ranks-per-node", type=_int("--ranks-per-node"), metavar="R",
                    help="treat each group of R ranks of a machine as a separate node (default: real nodes)")
     g.add_argument("--cuda-aware-mpi", choices=TRISTATE,
                    help=f"may device buffers go to MPI; auto: ask the MPI library {_default('cuda_aware_mpi')}")
 
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
+def _add_run_options(p: argparse.ArgumentParser, out: str | None = None, problem: bool = True) -> None:
+    """``run``'s options; without ``problem`` (``bench gemm``, whose --cases say it) no sizes, type,
+    input files or what only a written results file keeps."""
     g = p.add_argument_group("problem")
-    g.add_argument("--m", type=_int("--m"), help="rows of A and C (default 8192 on GPUs, 1024 on CPUs)")
-    g.add_argument("--n", type=_int("--n"), help="columns of B and C (default as --m)")
-    g.add_argument("--k", type=_int("--k"), help="columns of A, rows of B (default as --m)")
-    g.add_argument("--dtype", choices=DTYPES, help=f"element type {_default('dtype')}")
-    g.add_argument("--tf32", action="store_true", default=None, help="float32 on TF32 tensor cores (default off)")
+    own = g.add_argument if problem else (lambda *args, **kwargs: None)
+    own("--m", type=_int("--m"), help=f"rows of A and C (default {DEFAULT_SIZE_GPU} on GPUs, {DEFAULT_SIZE_CPU} on CPUs)")
+    own("--n", type=_int("--n"), help="columns of B and C (default as --m)")
+    own("--k", type=_int("--k"), help="columns of A, rows of B (default as --m)")
+    own("--dtype", choices=DTYPES, help=f"element type {_default('dtype')}")
+    own("--tf32", action="store_true", default=None, help="float32 on TF32 tensor cores (default off)")
     g.add_argument("--seed", type=_int("--seed", 0), help=f"seed of the generated matrices {_default('seed')}")
     g.add_argument("--alpha", type=_argtype(lambda t: parse_number("--alpha", t)), metavar="X",
                    help=f"C <- alpha op(A) op(B) + beta C {_default('alpha')}")
@@ -150,12 +155,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--op-a", choices=OPS, help="op(A): N as stored, T transposed (A stored k x m), C conjugate "
                    f"transposed {_default('op_a')}")
     g.add_argument("--op-b", choices=OPS, help=f"op(B), as --op-a (B stored n x k with T or C) {_default('op_b')}")
-    g.add_argument("--a", type=_argtype(lambda t: parse_matrix_source("--a", t)), metavar="FILE.h5:DATASET|FILE.npy",
-                   help=f"A: {_SOURCE_HELP}")
-    g.add_argument("--b", type=_argtype(lambda t: parse_matrix_source("--b", t)), metavar="FILE.h5:DATASET|FILE.npy",
-                   help="B, as --a (default: generated from --seed)")
-    g.add_argument("--allow-nonfinite", action="store_true", default=None,
-                   help="run even if the inputs hold NaN or Inf; verification is skipped (default: refuse)")
+    own("--a", type=_argtype(lambda t: parse_matrix_source("--a", t)), metavar="FILE.h5:DATASET|FILE.npy",
+        help=f"A: {_SOURCE_HELP}")
+    own("--b", type=_argtype(lambda t: parse_matrix_source("--b", t)), metavar="FILE.h5:DATASET|FILE.npy",
+        help="B, as --a (default: generated from --seed)")
+    own("--allow-nonfinite", action="store_true", default=None,
+        help="run even if the inputs hold NaN or Inf; verification is skipped (default: refuse)")
     _add_placement_options(p)
     g = p.add_argument_group("algorithm")
     g.add_argument("--panel", type=_int("--panel"), metavar="W",
@@ -181,25 +186,30 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--iters", type=_int("--iters"), metavar="I", help=f"timed products {_default('iters')}")
     g.add_argument("--verify", choices=VERIFY_MODES,
                    help=f"check of C; none: no check, and exit 0 all the same {_default('verify')}")
-    g.add_argument("--out", metavar="FILE.h5",
-                   help="results file; never replaced without --overwrite (default: a new name, "
-                        "hpcmm-results-YYYYmmdd-HHMMSS.h5, printed at the end)")
-    g.add_argument("--overwrite", action="store_true", default=None, help="replace an existing --out (default: refuse)")
-    g.add_argument("--save-c", action="store_true", default=None, help="store the product as /result/C (default off)")
-    g.add_argument("--no-timeline", dest="timeline", action="store_false", default=None,
-                   help="do not keep per-event start/end times (default: keep)")
-    g.add_argument("--quiet", action="store_true", default=None, help="print only the summary (default: progress too)")
+    _add_output_options(g, out or f"results file; never replaced without --overwrite (default: a new name, "
+                                  f"{_pattern('results')}, printed at the end)")
+    own = g.add_argument if problem else (lambda *args, **kwargs: None)
+    own("--save-c", action="store_true", default=None, help="store the product as /result/C (default off)")
+    own("--no-timeline", dest="timeline", action="store_false", default=None,
+        help="do not keep per-event start/end times (default: keep)")
+    own("--quiet", action="store_true", default=None,
+        help="print only the summary (default: progress too, where the output is a terminal)")
 
 
-_EPILOG = ("run is the default subcommand: 'python -m hpcmm --m 4096' is 'python -m hpcmm run --m 4096'. "
-           "'python -m hpcmm run --help' lists its options (info, bench and report have their own --help). "
+def program_name() -> str:
+    """How the user started hpcmm: ``hpcmm`` (the console script) or ``python -m hpcmm``."""
+    return "hpcmm" if os.path.basename(sys.argv[0] if sys.argv else "") == "hpcmm" else "python -m hpcmm"
+
+
+_EPILOG = ("run is the default subcommand: '{prog} --m 4096' is '{prog} run --m 4096'. "
+           "'{prog} run --help' lists its options (info, bench, report and model have their own --help). "
            "Settings also come from HPCMM_* variables (README.md); an option wins over a variable. "
            "Exit status: 0 done (C passed its check, or was not checked: --verify none), "
            "1 C failed its check or an unexpected error, 2 bad input.")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m hpcmm", epilog=_EPILOG,
+    parser = _Parser(prog=program_name(), epilog=_EPILOG.format(prog=program_name()),
                      description="Dense matrix products over many GPUs (or CPUs) with MPI: SUMMA, "
                                  "results in one HDF5 file.")
     from . import __version__  # noqa: PLC0415
@@ -216,28 +226,76 @@ def build_parser() -> argparse.ArgumentParser:
                                       "MPI, CUDA-awareness, cupy and HDF5 facts.")
     _add_placement_options(info)
     _add_common(info)
-    bench = sub.add_parser("bench", help="benchmark: hpcmm against one GPU and the peers",
-                           description="hpcmm against one GPU's own GEMM and the peers; "
-                                       "'bench transport': GB/s of each data path.")
-    bench.add_argument("what", nargs="?", choices=("gemm", "transport"), default="gemm",
-                       help="what to measure (default gemm)")
-    _add_run_options(bench)
-    bench.add_argument("--cases", help="semicolon-separated cases, e.g. 'float64:16384;float32:8192x4096x2048'")
-    bench.add_argument("--sizes", help="transport sizes in MiB, comma separated (default 1..1024)")
-    bench.add_argument("--no-peers", action="store_true", help="skip cuBLASMp and Heat")
-    bench.add_argument("--heat-limit", type=_int("--heat-limit", 1), default=None, metavar="SECONDS",
-                       help="Heat's own time limit per case (default 120): no product starts past it")
-    _add_common(bench)
+    _add_bench_parsers(sub)
     report = sub.add_parser("report", help="summary of a results file; --plot draws the timeline",
                             description="Summary of a results file; --plot draws the timeline.")
     report.add_argument("file", help="an HDF5 file hpcmm wrote")
-    report.add_argument("--plot", metavar="PNG", help="draw the Gantt chart of one timed product into PNG")
+    report.add_argument("--plot", metavar="PNG", help="draw the Gantt chart of one timed product into PNG (default: no plot)")
     report.add_argument("--iteration", type=_int("--iteration", 0), default=None, metavar="I",
                         help="which timed product --plot draws, counted from 0 (default: the last)")
     _add_common(report)
     _add_model_parser(sub)
     _add_common(sub.choices["model"])
     return parser
+
+
+#: ``bench``'s benchmarks; the first is the default (``bench --m 4096`` is ``bench gemm --m 4096``).
+BENCHMARKS = ("gemm", "transport")
+
+
+def _add_bench_parsers(sub) -> None:
+    """``bench gemm`` (the default) and ``bench transport``, each with its own options only."""
+    from .config import BENCH_CASES, TRANSPORT_SIZES_MIB  # noqa: PLC0415
+    from .peers import HEAT_LIMIT  # noqa: PLC0415
+
+    prog = program_name()
+    bench = sub.add_parser("bench", help="benchmarks: hpcmm against one GPU and the peers (gemm, the default); "
+                                         "GB/s of each data path (transport)",
+                           description="Benchmarks: 'bench gemm' (or 'bench' alone) times hpcmm against one GPU's "
+                                       "own GEMM and the peers; 'bench transport' measures GB/s of each data path.",
+                           epilog=f"gemm is the default: '{prog} bench --cases float64:8192' is '{prog} bench gemm "
+                                  f"--cases float64:8192'. '{prog} bench gemm --help' and '{prog} bench transport "
+                                  "--help' list their options.")
+    what = bench.add_subparsers(dest="what", parser_class=_Parser, title="benchmarks",
+                                metavar="{" + ",".join(BENCHMARKS) + "}")
+    gemm = what.add_parser("gemm", help="hpcmm against one GPU's own GEMM and the peers (the default)",
+                           description="hpcmm against the best one GPU (or host) does on the same problem, and "
+                                       "against cuBLASMp and Heat where they import.")
+    _add_run_options(gemm, out=f"figures file; never replaced without --overwrite (default: a new name, "
+                               f"{_pattern('bench')}, printed at the end)", problem=False)
+    g = gemm.add_argument_group("benchmark")
+    g.add_argument("--cases", metavar="CASES",
+                   help=f"semicolon-separated cases DTYPE:N or DTYPE:MxNxK, tf32 for float32 on TF32 cores "
+                        f"(default '{BENCH_CASES}')")
+    g.add_argument("--no-peers", action="store_true", help="skip cuBLASMp and Heat (default: run them where "
+                                                           "they import)")
+    g.add_argument("--heat-limit", type=_int("--heat-limit", 1), default=None, metavar="SECONDS",
+                   help=f"Heat's own time limit per case: no product starts past it (default {HEAT_LIMIT:g})")
+    _add_common(gemm)
+    transport = what.add_parser("transport", help="GB/s of each data path between rank pairs (2 ranks or more)",
+                                description="GB/s of each data path (ipc, shm, mpi, staged) between rank 0 and "
+                                            "each other rank, through the product's own transports.")
+    g = transport.add_argument_group("measurement and output")
+    g.add_argument("--sizes", metavar="MIB[,MIB...]",
+                   help="message sizes in MiB, comma separated, each 1 ... 1048576 (default "
+                        f"{','.join(map(str, TRANSPORT_SIZES_MIB))})")
+    _add_output_options(g, f"figures file; never replaced without --overwrite (default: a new name, "
+                           f"{_pattern('transport')}, printed at the end)")
+    _add_placement_options(transport, grid=False)
+    _add_common(transport)
+
+
+def _pattern(kind: str) -> str:
+    """How a default file name of ``kind`` looks (``hpcmm-bench-YYYYmmdd-HHMMSS.h5``)."""
+    shown = OUTPUT_PATTERN.replace("results", kind, 1)
+    for code, text in (("%Y", "YYYY"), ("%m", "mm"), ("%d", "dd"), ("%H", "HH"), ("%M", "MM"), ("%S", "SS")):
+        shown = shown.replace(code, text)
+    return shown + ".h5"
+
+
+def _add_output_options(g, out_help: str) -> None:
+    g.add_argument("--out", metavar="FILE.h5", help=out_help)
+    g.add_argument("--overwrite", action="store_true", default=None, help="replace an existing --out (default: refuse)")
 
 
 def _add_model_parser(sub) -> None:
@@ -248,11 +306,19 @@ def _add_model_parser(sub) -> None:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    """Parse, with ``run`` as the default subcommand."""
+    """Parse, with ``run`` as the default subcommand and ``gemm`` as ``bench``'s."""
     check_utf8(argv)
     first = next((a for a in argv if not a.startswith("-")), None)
     if first not in SUBCOMMANDS and not any(a in ("-h", "--help", "--version") for a in argv[:1]):
         argv = ["run", *argv]
+        first = "run"
+    if first == "bench":
+        at = argv.index("bench") + 1
+        if at == len(argv) or argv[at] not in (*BENCHMARKS, "-h", "--help"):
+            if "transport" in argv[at:]:
+                raise InputError(f"'transport' goes right after 'bench': {program_name()} bench transport "
+                                 f"[options]")
+            argv = [*argv[:at], BENCHMARKS[0], *argv[at:]]
     return build_parser().parse_args(argv)
 
 
@@ -283,7 +349,7 @@ def config_from(ns: argparse.Namespace, environ=None, argv: list[str] | None = N
         if getattr(ns, field, None) is not None:
             values[field] = getattr(ns, field)
             from_environment.discard(field)
-    command = None if argv is None else ("python -m hpcmm", *argv)
+    command = None if argv is None else (program_name(), *argv)
     return RunConfig(**values, from_environment=frozenset(from_environment), argv=command)
 
 

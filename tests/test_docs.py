@@ -7,6 +7,7 @@ docs/hdf5-schema.md fails here.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 
@@ -27,11 +28,16 @@ TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e '.[mpich,test,
 
 def all_options() -> set[str]:
     """Every ``--flag`` of every subcommand of the command line."""
-    parser = cli.build_parser()
-    found = {o for a in parser._actions for o in a.option_strings}
-    sub = next(a for a in parser._actions if a.dest == "command")
-    for p in sub.choices.values():
-        found |= {o for a in p._actions for o in a.option_strings}
+    found = set()
+
+    def walk(parser):  # the subcommands' parsers, and bench's (gemm, transport)
+        for action in parser._actions:
+            found.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(cli.build_parser())
     return {o for o in found if o.startswith("--")} - {"--help"}
 
 
