@@ -329,3 +329,23 @@ def test_speed_pages_name_what_exists(page):
     assert named, page
     for path in named:
         assert (REPO / path).exists(), f"{page}: {path}"
+
+
+# -- the package: licence, metadata, the console script ------------------------------------------
+
+
+def test_the_package_is_complete():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    licence = (REPO / "LICENSE").read_text()
+    assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
+    assert licence.startswith("BSD 3-Clause License\n\nCopyright (c) 2026, the hpcmm developers\n")
+    assert "Neither the name of the copyright holder" in licence
+    classifiers = project["classifiers"]
+    low = re.search(r">=\s*3\.(\d+)", project["requires-python"]).group(1)
+    assert f"Programming Language :: Python :: 3.{low}" in classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")]  # the SPDX expression says it
+    assert {"Homepage", "Documentation", "Source", "Issues"} <= set(project["urls"])
+    # The console script starts as `python -m hpcmm` does (hpcmm.startup.launch), and the README says so.
+    assert project["scripts"] == {"hpcmm": "hpcmm.startup:launch"}
+    assert "`hpcmm ...`" in README and ".venv/bin/hpcmm" in README
