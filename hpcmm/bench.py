@@ -41,7 +41,7 @@ from .metadata import versions
 from .peers import CUBLASMP_MIN_ITERS, CUBLASMP_WARMUP, HEAT_LIMIT, PeerResult, cublasmp, heat
 from .placement import placement
 from .run import run
-from .summary import product_flops
+from .summary import format_rate, product_flops, rate_unit
 
 __all__ = ["bench_main", "parse_cases", "pick_reference"]
 
@@ -210,12 +210,12 @@ def _bench_cases(ns, config: RunConfig, comm: MPI.Comm, topo, backend) -> int:
         order = gemm_order(case.dtype, case.tf32, backend.on_gpu, cfg.gemm_order)
         candidates, devices = _baseline(topo, backend, cfg, case, order, timer=getattr(ns, "reference_timer", None))
         result = run(cfg, comm, write=False)
-        say(f"hpcmm {result.summary['tflops']:.2f} TFLOP/s (GEMM {result.summary['gemm_order']})")
+        say(f"hpcmm {format_rate(result.summary['tflops'], 2)} (GEMM {result.summary['gemm_order']})")
         # hpcmm itself is a one-device candidate only where this run is one rank on one device.
         own = result.summary["seconds"] if comm.Get_size() == 1 and devices == 1 else None
         cand_rows, best = pick_reference(candidates, case, own, order)
         for r in cand_rows:
-            say(f"one {'GPU' if backend.on_gpu else 'host'}: {r['candidate']} {_fmt(r['tflops'], '.2f')} TFLOP/s"
+            say(f"one {'GPU' if backend.on_gpu else 'host'}: {r['candidate']} {_rate(r['tflops'])}"
                 f"{' (best)' if r['best'] else ''}{' ' + r['note'] if r['note'] else ''}")
         references += [dict(case=case.label, **r) for r in cand_rows]
         winner = cand_rows[best]
@@ -234,7 +234,7 @@ def _bench_cases(ns, config: RunConfig, comm: MPI.Comm, topo, backend) -> int:
                                                                                       config.iters)
                 peer = _peer(fn, comm, backend, case.m, case.n, case.k, case.dtype, warmup=warmup, iters=iters,
                              **kwargs)
-                say(f"{name} {_fmt(peer.tflops, '.2f')} TFLOP/s {peer.note}")
+                say(f"{name} {_rate(peer.tflops)} {peer.note}")
             peer_rows += [dict(case=case.label, **r) for r in peer.candidates]
             row[f"{name}_tflops"] = peer.tflops
             row[f"hpcmm_over_{name}"] = row["hpcmm_tflops"] / peer.tflops if peer.tflops == peer.tflops else float("nan")
@@ -256,40 +256,49 @@ def _fmt(value: float, spec: str, suffix: str = "") -> str:
     return "—" if value != value else f"{value:{spec}}{suffix}"
 
 
+def _rate(tflops: float) -> str:
+    """A rate in the unit that shows it (:func:`~hpcmm.summary.format_rate`), or ``—`` where there is none."""
+    return "—" if tflops != tflops else format_rate(tflops, 2)
+
+
 def _print_row(r: dict) -> None:
     gpu = r["device"] == "gpu"
     ratio = (f"efficiency {_fmt(100 * r['efficiency'], '.1f', ' %')}" if gpu
              else f"hpcmm / numpy {_fmt(r['hpcmm_over_reference'], '.2f')}")
     sys.stderr.write(
         f"hpcmm bench: {r['case']} ranks={r['ranks']} {'GPUs' if gpu else 'hosts'}={r['devices']}: "
-        f"{r['hpcmm_tflops']:.2f} TFLOP/s, {r['reference']} {r['reference_tflops']:.2f}, {ratio}, exposed "
-        f"{100 * r['exposed_comm_fraction']:.2f} %, cuBLASMp {_fmt(r['cublasmp_tflops'], '.2f')} "
-        f"{r['cublasmp_note']}, Heat {_fmt(r['heat_tflops'], '.2f')} {r['heat_note']}\n")
+        f"{_rate(r['hpcmm_tflops'])}, {r['reference']} {_rate(r['reference_tflops'])}, {ratio}, exposed "
+        f"{100 * r['exposed_comm_fraction']:.2f} %, cuBLASMp {_rate(r['cublasmp_tflops'])} "
+        f"{r['cublasmp_note']}, Heat {_rate(r['heat_tflops'])} {r['heat_note']}\n")
     sys.stderr.flush()
 
 
 def format_table(rows: list[dict], out: str) -> list[str]:
-    """The lines of the final table (one kind of device per run)."""
+    """The lines of the final table (one kind of device per run); rates in one unit that shows
+    them (GFLOP/s where TFLOP/s would print 0.00)."""
     gpu = bool(rows) and rows[0]["device"] == "gpu"
+    scale, unit = rate_unit([r[f] for r in rows for f in ("hpcmm_tflops", "reference_tflops", "cublasmp_tflops",
+                                                          "heat_tflops")])
     devices, ref, ratio = ("GPUs", "1-GPU", "eff.") if gpu else ("hosts", "numpy", "÷numpy")
     lines = [f"{'case':<26}{'ranks':>6}{devices:>6}{'hpcmm':>9}{ref:>8}{ratio:>8}{'exposed':>9}"
              f"{'cuBLASMp':>10}{'÷':>6}{'Heat':>8}{'÷':>7}{'ok':>4}"]
     for r in rows:
         share = _fmt(100 * r["efficiency"], ".1f", "%") if gpu else _fmt(r["hpcmm_over_reference"], ".2f")
         lines.append(
-            f"{r['case']:<26}{r['ranks']:>6}{r['devices']:>6}{r['hpcmm_tflops']:>9.2f}{r['reference_tflops']:>8.2f}"
+            f"{r['case']:<26}{r['ranks']:>6}{r['devices']:>6}{scale * r['hpcmm_tflops']:>9.2f}"
+            f"{scale * r['reference_tflops']:>8.2f}"
             f"{share:>8}{100 * r['exposed_comm_fraction']:>8.2f}%"
-            f"{_fmt(r['cublasmp_tflops'], '.2f'):>10}{_fmt(r['hpcmm_over_cublasmp'], '.2f'):>6}"
-            f"{_fmt(r['heat_tflops'], '.2f'):>8}{_fmt(r['hpcmm_over_heat'], '.1f'):>7}"
+            f"{_fmt(scale * r['cublasmp_tflops'], '.2f'):>10}{_fmt(r['hpcmm_over_cublasmp'], '.2f'):>6}"
+            f"{_fmt(scale * r['heat_tflops'], '.2f'):>8}{_fmt(r['hpcmm_over_heat'], '.1f'):>7}"
             f"{'yes' if r['verified'] else 'NO':>4}")
     notes = {f"{p}: {r[p + '_note']}" for r in rows for p in ("cublasmp", "heat") if r[p + "_note"]}
     lines += [f"note: {note}" for note in sorted(notes)]
     if gpu:
-        lines.append("TFLOP/s; eff. = hpcmm / (GPUs x the best one-GPU rate of the same run: best of cupy.matmul "
+        lines.append(f"{unit}; eff. = hpcmm / (GPUs x the best one-GPU rate of the same run: best of cupy.matmul "
                      "by operand order, hpcmm's GEMM call, hpcmm at 1 rank); ÷ = hpcmm / peer; — = did not run")
         lines += [f"1-GPU best for {r['case']}: {r['reference'].split(': ', 1)[-1]}" for r in rows]
     else:
-        lines.append("TFLOP/s; ÷numpy = hpcmm / the best one-host rate of the same run (numpy.matmul by operand "
+        lines.append(f"{unit}; ÷numpy = hpcmm / the best one-host rate of the same run (numpy.matmul by operand "
                      "order, hpcmm's GEMM call; ranks share the host's cores); ÷ = hpcmm / peer; — = did not run")
     lines.append(f"figures: {out}")
     return lines

@@ -11,14 +11,42 @@ the largest sum over a rank's steps, then the median over the products.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 
 import numpy as np
 
-__all__ = ["Gathered", "gathered_figures", "print_summary", "product_flops", "summary_figures", "summary_rows"]
+__all__ = ["Gathered", "format_rate", "gathered_figures", "print_summary", "product_flops", "summary_figures",
+           "summary_rows"]
 
 #: An element error (fraction of its row's norm-wise scale) beyond which the summary warns.
 DETECTABLE_GOAL = 0.01
+
+
+#: Columns the summary takes where its output is not a terminal (a file, a pipe).
+SUMMARY_WIDTH = 100
+
+
+def format_rate(tflops: float, digits: int = 3) -> str:
+    """A rate in the unit that shows its figure: TFLOP/s from 1 up, GFLOP/s below, MFLOP/s below 1 GFLOP/s.
+
+    >>> format_rate(12.3456), format_rate(0.0042), format_rate(0.0000042), format_rate(float("nan"))
+    ('12.346 TFLOP/s', '4.200 GFLOP/s', '4.200 MFLOP/s', '— FLOP/s')
+    """
+    if tflops != tflops:
+        return "— FLOP/s"
+    for scale, unit in ((1.0, "TFLOP/s"), (1e-3, "GFLOP/s")):
+        if abs(tflops) >= scale:
+            return f"{tflops / scale:.{digits}f} {unit}"
+    return f"{tflops / 1e-6:.{digits}f} MFLOP/s"
+
+
+def rate_unit(tflops) -> tuple[float, str]:
+    """One unit for a column of rates (TFLOP/s): the one :func:`format_rate` takes for the largest;
+    returns the factor a TFLOP/s figure is multiplied by, and the unit."""
+    finite = [abs(t) for t in tflops if t == t]
+    top = max(finite, default=1.0)
+    return (1.0, "TFLOP/s") if top >= 1 or not finite else (1e3, "GFLOP/s") if top >= 1e-3 else (1e6, "MFLOP/s")
 
 
 def product_flops(m: int, n: int, k: int, dtype: str) -> float:
@@ -159,8 +187,8 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
     rows = [
         ("ranks / GPUs", f"{s['ranks']} / {s.get('gpus', 0)}"),
         ("seconds (median, min, max)", f"{s['seconds']:.4f}  {s['seconds_min']:.4f}  {s['seconds_max']:.4f}"),
-        ("TFLOP/s total", f"{s['tflops']:.3f}"),
-        ("TFLOP/s per rank", f"{s['tflops_per_rank']:.3f}"),
+        ("rate", format_rate(s["tflops"])),
+        ("rate per rank", format_rate(s["tflops_per_rank"])),
         ("load imbalance", _imbalance(s)),
         ("exposed communication", f"{100 * s['exposed_comm_fraction']:.1f} % ({s['exposed_comm_seconds']:.4f} s)"),
     ]
@@ -183,26 +211,42 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def print_summary(summary: dict, path: str | None, file=None) -> None:
-    """A two-column table, never cut; with rich where it is installed."""
+def _columns(file) -> int:
+    """The terminal's width where ``file`` is a terminal, else :data:`SUMMARY_WIDTH`."""
+    try:
+        tty = file.isatty()
+    except (AttributeError, ValueError, OSError):
+        tty = False
+    return max(40, shutil.get_terminal_size((SUMMARY_WIDTH, 24)).columns) if tty else SUMMARY_WIDTH
+
+
+def print_summary(summary: dict, path: str | None, file=None, width: int | None = None) -> None:
+    """A two-column table as wide as the terminal (``width``; 100 columns where the output is no
+    terminal), long values wrapped inside their column; with rich where it is installed.  The
+    results file's name follows on a line of its own, whole, to be copied."""
     file = file or sys.stdout
+    width = width or _columns(file)
     rows = summary_rows(summary)
-    if path:
-        rows.append(("results", path))
+    keys = max(len(k) for k, _ in rows)
     try:
         from rich.console import Console  # noqa: PLC0415
         from rich.table import Table  # noqa: PLC0415
     except ImportError:
-        width = max(len(k) for k, _ in rows)
+        import textwrap  # noqa: PLC0415
+
         for key, value in rows:
-            file.write(f"{key:<{width}}  {value}\n")
-        file.flush()
-        return
-    table = Table(title="hpcmm", show_header=False)
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(no_wrap=True, overflow="ignore")
-    for key, value in rows:
-        table.add_row(key, value)
-    # As wide as the longest row (borders and padding: 7 characters): no value is cut or wrapped.
-    width = max(len(k) for k, _ in rows) + max(len(v) for _, v in rows) + 7
-    Console(file=file, width=max(width, 40)).print(table)
+            lines = textwrap.wrap(value, max(20, width - keys - 2)) or [""]
+            file.write(f"{key:<{keys}}  {lines[0]}\n")
+            file.writelines(f"{'':<{keys}}  {line}\n" for line in lines[1:])
+    else:
+        table = Table(title="hpcmm", show_header=False)
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column(overflow="fold")
+        for key, value in rows:
+            table.add_row(key, value)
+        # As wide as the longest row (borders and padding: 7 characters), at most the terminal.
+        needed = keys + max(len(v) for _, v in rows) + 7
+        Console(file=file, width=max(40, min(needed, width))).print(table)
+    if path:
+        file.write(f"results: {path}\n")
+    file.flush()
