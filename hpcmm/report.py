@@ -217,7 +217,9 @@ def plot_timeline(events: np.ndarray, path: str, iteration: int | None = None, t
     iterations = np.unique(events[:, 1]).astype(int)
     it = int(iterations[-1] if iteration is None else iteration)
     if it not in iterations:
-        raise InputError(f"--iteration={it}: the file holds iterations {list(iterations)}")
+        held = [int(i) for i in iterations]  # plain integers: no numpy reprs in the message
+        shown = f"{held[0]} to {held[-1]}" if held == list(range(held[0], held[-1] + 1)) else ", ".join(map(str, held))
+        raise InputError(f"--iteration={it}: the file holds iterations {shown}")
     ev = events[events[:, 1] == it]
     ranks = np.unique(ev[:, 0]).astype(int)
     colors = {0: "#1f77b4", 1: "#ff7f0e", 2: "#2ca02c"}
