@@ -61,6 +61,7 @@ import datetime
 import json
 import math
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -1785,10 +1786,44 @@ class CheckRow:
     setup: tuple
     #: when the links of the description that predicted it were measured (``Machine.links_measured``)
     links_measured: str = ""
+    #: why the description does not describe the machine the file was made on (:func:`machine_mismatch`)
+    mismatch: str = ""
 
     @property
     def error(self) -> float:
         return self.predicted / self.measured - 1
+
+
+#: A GPU model in a name (H200, A100, P100, MI250): what a description and a file's GPUs are compared by.
+_GPU_MODEL = re.compile(r"(?<![a-z0-9])([a-z]{1,2}\d{2,4})", re.I)
+
+
+def machine_mismatch(backends, gpu_names, machine: Machine) -> str:
+    """Why ``machine`` does not describe the machine a results file was made on ('' where it may).
+
+    ``backends`` and ``gpu_names``: the file's ``/topology`` columns (``numpy`` or ``cupy``; the GPUs'
+    names).  A CPU file against a GPU description (or the other way round) is a mismatch, and so
+    are GPUs of a model that a description naming GPU models does not name.
+
+    >>> h200 = Machine("h200x2", description="the 2 x H200 test machine")
+    >>> machine_mismatch(["numpy"], [""], h200)
+    'made on CPUs (numpy), but h200x2 describes GPUs'
+    >>> machine_mismatch(["cupy"], ["NVIDIA A100-SXM4-80GB"], h200)
+    'made on NVIDIA A100-SXM4-80GB, but h200x2 describes H200'
+    >>> machine_mismatch(["cupy"], ["NVIDIA H200"], h200), machine_mismatch(["cupy"], ["NVIDIA A100"], Machine("mine"))
+    ('', '')
+    """
+    on_gpu = any(str(b) == "cupy" for b in backends) or any(str(g) for g in gpu_names)
+    device = "gpu" if on_gpu else "cpu"
+    if device != machine.device:
+        made = "CPUs (numpy)" if device == "cpu" else f"GPUs ({', '.join(sorted({str(g) for g in gpu_names if g}))})"
+        return f"made on {made}, but {machine.name} describes {machine.device.upper()}s"
+    described = {m.upper() for m in _GPU_MODEL.findall(f"{machine.name} {machine.description}")}
+    names = sorted({str(g) for g in gpu_names if g})
+    found = {m.upper() for g in names for m in _GPU_MODEL.findall(g)}
+    if on_gpu and described and found and not found & described:
+        return f"made on {', '.join(names)}, but {machine.name} describes {', '.join(sorted(described))}"
+    return ""
 
 
 def machine_for(created: str, machines) -> Machine:
@@ -1900,6 +1935,8 @@ def _check_row(h5py, path: str, machines) -> CheckRow:
             raise InputError(f"model check: {path}: /topology has {rows} rows, more than {MOST_RANK_STEPS} ranks")
         local = max(_whole(x, "topology local_size") for x in f["topology"]["local_size"][()])
         machine = machine_for(_attr(f.attrs.get("created", "")), machines)
+        columns = (topology.dtype.names or ()) if isinstance(topology, h5py.Dataset) else tuple(topology)
+        made_on = [[_attr(v) for v in topology[c][()]] if c in columns else [] for c in ("backend", "gpu_name")]
     dtype = "tf32" if bool(cfg.get("tf32")) else cfg["dtype"]
     prob = Problem(_whole(cfg["m"], "config m"), _whole(cfg["n"], "config n"), _whole(cfg["k"], "config k"),
                    _text(dtype, "config dtype"))
@@ -1921,7 +1958,7 @@ def _check_row(h5py, path: str, machines) -> CheckRow:
     paths = ",".join(_attr(p) for p in paths) if paths is not None and len(paths) else "-"
     setup = (prob, ranks, rpn or local, local, prefetch, aware, mps)
     return CheckRow(str(path), prob, ranks, rpn or local, algo, paths, _seconds(summ["seconds"]),
-                    pred.seconds, setup, machine.links_measured)
+                    pred.seconds, setup, machine.links_measured, machine_mismatch(*made_on, machine))
 
 
 def check_table(files, machines) -> str:
@@ -1942,6 +1979,8 @@ def check_table(files, machines) -> str:
                    f"{r.predicted:>13.4g}{100 * r.error:>7.1f}%{p.flops / r.measured / 1e12:>10.3g}{pred_tf:>10.3g}")
     worst = max(abs(r.error) for r in rows)
     out.append(f"worst error {100 * worst:.1f} % over {len(rows)} case(s), machine {machines[0].name}")
+    # A prediction for another machine than the one that ran says nothing of the model.
+    out += [f"warning: {r.path}: {r.mismatch}: its error compares two different machines" for r in rows if r.mismatch]
     if len(machines) > 1:  # which links predicted how many runs
         used = collections.Counter(r.links_measured for r in rows)
         out.append("links measured at " + ", ".join(f"{m.links_measured or '(unknown)'}: {used[m.links_measured]} run(s)"
