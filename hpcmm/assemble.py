@@ -124,10 +124,8 @@ def _engine(launch, backend, config: RunConfig, shape, arrangement: Arrangement,
 
 
 #: ``--balance product`` measures untimed products until this many seconds have passed (at least
-#: one, at most :data:`PRODUCT_BALANCE_MOST`): one product of milliseconds on GPUs that several
-#: contexts take in turns gave weights from 0.19 to 1 to ranks of equal shares (8 ranks on
-#: 2 × H200, 10007×6001×3001, docs/performance.md), as one GEMM timing did before ``measured``
-#: counted over 0.25 s of wall clock.
+#: one, at most :data:`PRODUCT_BALANCE_MOST`): one product of milliseconds on time-sliced GPUs gives
+#: weights far apart for ranks of equal shares (docs/shared-gpus.md).
 PRODUCT_BALANCE_SECONDS = 0.25
 #: The most untimed products ``--balance product`` measures.
 PRODUCT_BALANCE_MOST = 32

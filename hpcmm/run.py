@@ -224,7 +224,7 @@ def _apply_op(block: np.ndarray, op: str) -> np.ndarray:
 
 
 def _scale(engine, config: RunConfig) -> object | None:
-    """Collective: C ← α·C + β·C₀ once the products are over (C₀ generated from ``--seed``); returns C₀.
+    """This rank's C ← α·C + β·C₀ once the products are over (C₀ generated from ``--seed``); returns C₀.
 
     The timed products compute op(A)·op(B); the scaling is one pass over C after them.
     """

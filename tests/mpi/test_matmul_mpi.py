@@ -280,3 +280,26 @@ def test_the_command_lines_gemm_semantics(mpi_tmp_path, dtype, op_a, op_b, alpha
                                                             else np.float64))
         bound = _bound(dtype, k, alpha, beta, a, b, _wide(c0))
         assert np.max(np.abs(got - ref) / bound) <= 1
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+def test_write_hdf5_holds_the_whole_c(mpi_tmp_path, dtype):
+    """Every rank's block of C into one dataset, in turn; read back whole (bfloat16 through its raw bits)."""
+    import h5py
+
+    from hpcmm.dtypes import read_dataset
+
+    comm = MPI.COMM_WORLD
+    (m, n, k), a, b, _, _, _ = _problem(21, dtype, "N", "N")
+    path = str(mpi_tmp_path / f"c-{dtype}.h5")
+    with hpcmm.Matmul(comm, m, n, k, dtype) as mm:
+        layout = mm.plan().layout
+        c = mm.execute(layout.block("A", comm.rank, a), layout.block("B", comm.rank, b))
+        hpcmm.write_hdf5(comm, path, layout, c)
+        whole = hpcmm.gather(comm, layout, c)
+        with pytest.raises(hpcmm.InputError, match="exists"):
+            hpcmm.write_hdf5(comm, path, layout, c)
+    if comm.rank == 0:
+        with h5py.File(path, "r") as f:
+            written = read_dataset(f["C"])
+        assert written.dtype == whole.dtype and np.array_equal(written.view(np.uint8), whole.view(np.uint8))
