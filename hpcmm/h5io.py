@@ -73,7 +73,7 @@ def check_output_path(path: str, overwrite: bool, inputs=()) -> None:
             if os.path.samefile(path, source):
                 raise InputError(f"--out={path} is the input file {flag}={source}: "
                                  f"hpcmm never replaces its inputs")
-    if os.path.exists(path):
+    if os.path.exists(path) and path not in RENAMEABLE:  # a name hpcmm chose gives way to the next at publish
         if not overwrite:
             raise InputError(f"--out={path}: file exists (pass --overwrite to replace it)")
         if not os.path.isfile(path):

@@ -110,3 +110,14 @@ def test_bench_transport_twice_in_a_row(tmp_path):
                             180, cwd=tmp_path, env=_environment())
         assert proc.returncode == 0, proc.stdout
     assert len(list(tmp_path.glob("hpcmm-transport-*.h5"))) == 2
+
+
+def test_a_name_hpcmm_chose_that_another_run_published_first_is_no_error(tmp_path, monkeypatch):
+    """The other run published before this one checked its path (it finished while this one started)."""
+    monkeypatch.setattr(h5io, "RENAMEABLE", set())
+    taken = tmp_path / "hpcmm-results-20261129-230507.h5"
+    taken.write_text("another run's")
+    with pytest.raises(InputError, match="file exists"):
+        h5io.check_output_path(str(taken), overwrite=False)
+    h5io.RENAMEABLE.add(str(taken))
+    h5io.check_output_path(str(taken), overwrite=False)
