@@ -54,8 +54,21 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert "set -euo pipefail" in commands
     # Nothing else that installs or tests, but the parallel HDF5 job, after the suite.
     others = [c for c in commands if c not in (TEST_COMMAND, "set -euo pipefail")]
-    assert all(re.match(r"(cd |echo |export REQUIRE_SLURM=1$|bash \.ci/parallel-hdf5$)", c) for c in others), others
+    assert all(re.match(r"(cd |echo |export REQUIRE_SLURM=1$|bash \.ci/parallel-hdf5$|bash \.ci/pythons$)", c)
+               for c in others), others
     assert commands.index("bash .ci/parallel-hdf5") > commands.index(TEST_COMMAND)
+    assert commands.index("bash .ci/pythons") > commands.index(TEST_COMMAND)
+
+
+def test_ci_runs_the_oldest_and_newest_python_the_package_claims():
+    """.ci/pythons takes them from pyproject.toml: requires-python's bound and the highest classifier."""
+    text = (REPO / "pyproject.toml").read_text()
+    low = int(re.search(r'requires-python\s*=\s*">=\s*3\.(\d+)"', text).group(1))
+    listed = sorted(int(v) for v in re.findall(r'"Programming Language :: Python :: 3\.(\d+)"', text))
+    assert listed == list(range(low, listed[-1] + 1))  # every minor version between them is claimed too
+    script = (REPO / ".ci" / "pythons").read_text()
+    assert "requires-python" in script and "Programming Language :: Python :: 3" in script
+    assert "pip\" install -q -e '.[mpich,test,plot]'" in script and "exit 1" in script
     assert "`.ci/parallel-hdf5`" in README
 
 
