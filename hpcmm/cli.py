@@ -18,6 +18,7 @@ unexpected exception on one rank aborts the whole job (``MPI_Abort``, see
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -472,6 +473,7 @@ def _run_main(config: RunConfig, comm, named: bool = False) -> int:
     """``run``; ``named``: hpcmm named the file (no ``--out``), which may then take the next free name
     should another run publish one of the same name first (:data:`hpcmm.h5io.RENAMEABLE`)."""
     from . import h5io  # noqa: PLC0415
+    from .progress import RunProgress  # noqa: PLC0415
     from .run import run  # noqa: PLC0415
     from .summary import print_summary  # noqa: PLC0415
 
@@ -482,10 +484,12 @@ def _run_main(config: RunConfig, comm, named: bool = False) -> int:
 
     def published(path):  # the name the file took (rank 0)
         return h5io.PUBLISHED[-1] if h5io.PUBLISHED else path
-    progress = None if config.quiet else (lambda msg: _print(rank, f"hpcmm: {msg}", err=True))
+    # Rank 0 prints the progress messages, in a terminal with a live line of the phase under way.
+    shown = RunProgress(config) if rank == 0 and not config.quiet else None
     result = None
     try:
-        result = run(config, comm, progress=progress)
+        with shown or contextlib.nullcontext():
+            result = run(config, comm, progress=shown)
     except HpcmmError as exc:
         if rank == 0 and getattr(exc, "summary", None):
             print_summary(exc.summary, published(config.out))
