@@ -285,8 +285,10 @@ def test_memory_figure_counts_the_padding_exactly(dtype, m, n, ld):
         ld_a, ld_b = (ld, ld) if ld else (m, n)
         assert (engine.ld_a, engine.ld_b, engine.ld_c) == (ld_a, ld_b, ld_b)
         ring = engine.slots_per_operand()
-        expected = (ld_a * k + k * ld_b + m * ld_b + ring * panel * (ld_a + ld_b)) * item
+        # One rank: it receives no panel, so it keeps no ring (its own panels are used where they lie).
+        expected = (ld_a * k + k * ld_b + m * ld_b) * item
         assert memory_needed(engine.layout, 0, item, panel, ring) == engine.needed_bytes() == expected
+        assert engine.row.slots == [] and engine.col.slots == []
         # What the engine holds: the padded blocks, C's padded storage.
         assert engine.row.block.nbytes == ld_a * k * item and engine.col.block.nbytes == k * ld_b * item
         assert (engine.C.base if engine.C.base is not None else engine.C).nbytes == m * ld_b * item

@@ -303,3 +303,14 @@ def test_write_hdf5_holds_the_whole_c(mpi_tmp_path, dtype):
         with h5py.File(path, "r") as f:
             written = read_dataset(f["C"])
         assert written.dtype == whole.dtype and np.array_equal(written.view(np.uint8), whole.view(np.uint8))
+
+
+def test_a_rank_keeps_ring_slots_only_for_panels_it_receives():
+    """On a 1 × P grid A's panels travel along the row (slots where P > 1) and B's never leave their rank."""
+    comm = MPI.COMM_WORLD
+    with hpcmm.Matmul(comm, 64, 48, 40, "float64", options={"grid": (1, comm.size)}) as mm:
+        plan = mm.plan()
+        engine = mm._engine
+        assert len(engine.col.slots) == 0
+        assert len(engine.row.slots) == (engine.row.ring if comm.size > 1 else 0)
+        assert plan.memory_bytes[comm.rank] == engine.needed_bytes()
