@@ -19,13 +19,10 @@ import numpy as np
 from .distribution import Layout
 from .dtypes import storage_attributes, storage_dtype, to_storage
 from .errors import InputError, OutputError, collective
+from .operands import to_host
 from .redistribute import redistribute
 
 __all__ = ["gather", "write_hdf5"]
-
-
-def _host(block) -> np.ndarray:
-    return block if isinstance(block, np.ndarray) else block.get()
 
 
 def gather(comm, layout: Layout, block, operand: str = "C", root: int = 0) -> np.ndarray | None:
@@ -38,7 +35,7 @@ def gather(comm, layout: Layout, block, operand: str = "C", root: int = 0) -> np
     rank, size = comm.Get_rank(), comm.Get_size()
     rows, cols = layout.shapes[operand]
     target = [((0, rows), (0, cols)) if r == root else ((0, 0), (0, 0)) for r in range(size)]
-    whole = redistribute(comm, _host(block), layout.blocks[operand], target)
+    whole = redistribute(comm, to_host(block), layout.blocks[operand], target)
     return whole if rank == root else None
 
 
@@ -59,7 +56,7 @@ def write_hdf5(comm, path: str, layout: Layout, block, operand: str = "C", datas
     """
     import h5py  # noqa: PLC0415 - only where a file is written
 
-    host = _host(block)
+    host = to_host(block)
     rank, size = comm.Get_rank(), comm.Get_size()
     with collective(comm):
         if rank == 0:

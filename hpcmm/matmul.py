@@ -32,7 +32,7 @@ from .assemble import assembled, plan_of
 from .config import DTYPES
 from .distribution import OPERANDS, Layout
 from .errors import InputError, agree, collective
-from .operands import check, view
+from .operands import apply_op, check, to_host, view
 from .options import as_options
 from .plan import Plan, agree_on, settings_fields
 from .redistribute import redistribute
@@ -79,13 +79,6 @@ def _check_problem(m, n, k, dtype, alpha, beta, op_a, op_b) -> str:
         if value not in OPS:
             raise InputError(f"{label}={value!r}: expected one of {', '.join(OPS)}")
     return name
-
-
-def _apply_op(x, op: str):
-    """``op(x)`` as a view where it can be one (the conjugate is a copy)."""
-    if op == "N":
-        return x
-    return x.T.conj() if op == "C" and x.dtype.kind == "c" else x.T
 
 
 class Matmul:
@@ -277,10 +270,10 @@ class Matmul:
             return
         data = operand.array
         if self._caller_layout is not None:
-            data = redistribute(self._comm, _host(data), self._caller_layout.blocks[name], self.layout.blocks[name])
+            data = redistribute(self._comm, to_host(data), self._caller_layout.blocks[name], self.layout.blocks[name])
             counted["moved"] += int(data.nbytes)
         if target.size:
-            target[...] = self._backend.xp.asarray(_apply_op(data, op))
+            target[...] = self._backend.xp.asarray(apply_op(data, op))
             counted["copied"] += int(target.nbytes)
 
     def _scale_own(self, kept) -> None:
@@ -302,7 +295,7 @@ class Matmul:
             product *= self.alpha
         caller_on_device = c_operand.on_device if c_operand is not None else backend.on_gpu
         if self._caller_layout is not None:
-            product = redistribute(self._comm, _host(product), self.layout.blocks["C"],
+            product = redistribute(self._comm, to_host(product), self.layout.blocks["C"],
                                    self._caller_layout.blocks["C"])
             counted["moved"] += int(product.nbytes)
             on_device = False
@@ -345,13 +338,6 @@ def _check_layout(layout, shapes: dict, size: int) -> None:
         if tuple(layout.shapes[name]) != tuple(shapes[name]):
             raise InputError(f"layout holds {name} as {layout.shapes[name]}: the product stores {name} as "
                              f"{shapes[name]}")
-
-
-def _host(x) -> np.ndarray:
-    """``x`` on the host (a device array copied there)."""
-    if isinstance(x, np.ndarray):
-        return x
-    return x.get()
 
 
 def _fill_for_timing(engine) -> None:

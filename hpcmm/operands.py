@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["Operand", "view"]
+__all__ = ["Operand", "apply_op", "check", "to_host", "view"]
 
 # DLPack device types (dlpack.h): the host, and memory a CUDA device can read.
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
@@ -96,3 +96,16 @@ def check(operand: Operand, shape: tuple[int, int], dtype: np.dtype, device: int
             raise InputError(f"operand {name} lives on GPU {operand.device}: this rank computes on GPU {device}")
     if writable and not operand.on_device and not array.flags.writeable:
         raise InputError(f"operand {name} is read-only: C is written in place")
+
+
+def apply_op(x, op: str):
+    """``op(x)`` for ``op`` in ``N``, ``T``, ``C``: a view where it can be one (the conjugate is a copy);
+    ``C`` of a real type is its transpose, as in BLAS."""
+    if op == "N":
+        return x
+    return x.T.conj() if op == "C" and x.dtype.kind == "c" else x.T
+
+
+def to_host(x) -> np.ndarray:
+    """``x`` on the host: a numpy array as it is, a device array copied there."""
+    return x if isinstance(x, np.ndarray) else x.get()

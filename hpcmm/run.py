@@ -34,6 +34,7 @@ from .inputs import MatrixSource, check_pair, generate_block, open_source
 from .layered import LayeredEngine
 from .layout import Layout, predicted_imbalance
 from .metadata import topology_row, versions
+from .operands import apply_op
 from .plan import Plan, agree_on, settings_fields
 from .summary import gathered_figures, summary_figures
 from .threads import attributes as blas_attributes
@@ -212,15 +213,8 @@ def _read_blocks(rank: int, layout: Layout, config: RunConfig, sources) -> tuple
         else:
             with np.errstate(over="ignore", invalid="ignore"):  # out of range becomes inf: reported next
                 block = sources["AB".index(name)].read(*stored).astype(config.dtype, copy=False)
-        blocks.append(_apply_op(block, op))
+        blocks.append(apply_op(block, op))
     return tuple(blocks)
-
-
-def _apply_op(block: np.ndarray, op: str) -> np.ndarray:
-    """op(block): as it is, transposed, or conjugate transposed (the transpose for real types)."""
-    if op == "N":
-        return block
-    return block.T.conj() if op == "C" and block.dtype.kind == "c" else block.T
 
 
 def _scale(engine, config: RunConfig) -> object | None:
