@@ -2,14 +2,10 @@
 
 ``cublasGemmEx`` takes the algorithm its heuristics rank first for a shape.  cuBLASLt, through
 nvmath-python's :class:`nvmath.linalg.advanced.Matmul`, can instead time its candidates on the shape
-and keep the fastest (``autotune``).  Neither wins everywhere.  On one H200, on the step shapes of a
-2-rank run (``tests/gpu/gemm_probe.py``, benchmarks/results/2026-11-30/gemm-hint-and-cublaslt.json), the autotuned algorithm ran float64
-4096×8192×4096 15 % and 8192×16384×1024 13 % faster, tf32 9 % and the float64 and float32 8192-deep
-steps 2 %, while float16 and bfloat16 lost 2–7 %.  In 2-rank products on 2 H200 (the same call,
-``HPCMM_GEMM_LIBRARY`` alternating) it gained float64 4096 +10.8 %, 8192 +3.3 %, float32 8192 +2.4 %,
-16384 +1.5 %, float64 16384 ±0; but tf32 16384 lost 5–6 % in all three pairs where its shapes took
-cuBLASLt, although the comparison alone had timed cuBLASLt faster: in a tf32 product each panel's
-re-layout kernel runs beside the GEMM (:mod:`hpcmm.gemm_orders`), which the comparison does not see.
+and keep the fastest (``autotune``).  Neither wins everywhere: measured per shape and per product
+(``tests/gpu/gemm_probe.py``; benchmarks/results/2026-11-30/gemm-hint-and-cublaslt.json), the
+autotuned algorithm wins some float64 and float32 shapes and loses the 16-bit ones, and tf32
+products lose beside their panels' re-layout kernels (:mod:`hpcmm.gemm_orders`).
 
 So under ``HPCMM_GEMM_LIBRARY=auto`` (the default; it acts where nvmath-python imports) every new
 float64 or float32 shape (:data:`PLANNED_KINDS`; extents, strides, ``beta``) a rank multiplies is

@@ -160,8 +160,8 @@ def weighted_bounds(n: int, weights: Sequence[float], quantum: int = 1) -> tuple
     With ``quantum`` > 1 every inner offset is the ideal offset rounded to the
     nearest multiple of ``quantum`` (the last block ends at ``n``), so every
     size is within one quantum of its ideal.  GEMMs of an odd or unaligned
-    local shape run far below the rate of aligned ones (float64 on an H200:
-    3801 rows ran 40 % slower per row than 3744 beside it, benchmarks/results/2026-11-30/shared-gpus.json).
+    local shape run far below the rate of aligned ones
+    (benchmarks/results/2026-11-30/shared-gpus.json).
 
     Examples
     --------

@@ -306,9 +306,8 @@ def auto_panel(layout: Layout, itemsize: int, on_gpu: bool, widest: int | None =
         return deepest
     if weighted:
         # Weighted blocks differ in depth, so no one width splits them all evenly; an even split of
-        # the smallest is an odd width that every GEMM then runs at.  Measured (float64 16384, 5 ranks
-        # on 2 GPUs, blocks 2730 and 4096 deep): 2048 ran at 88.53 TFLOP/s against 85.98 at 1365
-        # under MPS, 80.78 against 77.68 time-sliced.
+        # the smallest is an odd width that every GEMM then runs at, slower than the target
+        # (benchmarks/results/2026-11-30/shared-gpus.json).
         return target
     # Split the deepest range into equal pieces no wider than the target; ranges one column shallower
     # then end in a piece one column narrower, not in a sliver.
@@ -334,10 +333,8 @@ def _spans(layout: Layout) -> list[int]:
     return [hi - lo for lo, hi in zip(edges, edges[1:]) if hi > lo]
 
 
-#: The panel width a GPU aims at, in every type.  Measured on 2 × H200 at 2 ranks (TFLOP/s by --panel
-#: 2048 / 4096 / 8192): tf32 16384 510.6 / 539.0 / 585.0, float16 16384 1275.2 / 1341.4 / 1342.6,
-#: bfloat16 32768 1253.0 / 1327.5 / 1359.5, float64 8192 109.7 / 110.5 (4096 = the whole block),
-#: float64 16384 102.0 / 102.2 / 103.5, float64 32768 105.4 / 110.3 / 112.0.
+#: The panel width a GPU aims at, in every type: the widest of the sweep won in every type (fewer
+#: passes over C; ``tests/gpu/speed_check.sh panels``, docs/performance.md "How to tune").
 GPU_PANEL = 8192
 
 #: The GPU's width where ranks share GPUs, and for weighted layouts (blocks of different depth): the
