@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import json
 import os
 import re
 import secrets
@@ -33,6 +34,7 @@ import h5py
 import numpy as np
 
 from .errors import InputError, OutputError
+from .results import unit_of, units_of
 
 __all__ = ["PENDING", "PUBLISHED", "Results", "check_output_path", "temporary_path", "remove_temporary", "remove_pending",
            "guard_temporary", "release_guard", "write_results", "write_table_file", "write_tables_file", "publish",
@@ -342,7 +344,7 @@ def _table(group, name: str, rows: list[dict], strings=()) -> None:
     data = np.empty(len(rows), dtype=fields)
     for i, row in enumerate(rows):
         data[i] = tuple(row[k] for k, _ in fields)
-    group.create_dataset(name, data=data)
+    group.create_dataset(name, data=data).attrs["units"] = units_of(k for k, _ in fields)
 
 
 def write_results(tmp: str, meta: Results) -> None:
@@ -391,6 +393,7 @@ def _write_results(tmp: str, meta: Results) -> None:
                     _table(group, dname, data)
                 else:
                     group.create_dataset(dname, data=data)
+        _write_units(f)
         if meta.c_shape is not None:
             # The fill value in C's own type: h5py cannot convert a float NaN to a complex one.
             # bfloat16 goes in as its raw bits (hpcmm.dtypes), NaN's bits as the fill value.
@@ -402,6 +405,19 @@ def _write_results(tmp: str, meta: Results) -> None:
                 fillvalue=to_storage(np.full((1,), np.nan, dtype=c_type))[0],
             )
             _attrs(dset, storage_attributes(c_type))
+
+
+def _write_units(f) -> None:
+    """Every group's ``units`` (JSON: attribute name → unit), and a plain dataset's own unit."""
+    for group in [f, *(node for node in f.values() if isinstance(node, h5py.Group))]:
+        group.attrs["units"] = units_of(key for key in group.attrs if key != "units")
+        for name, node in group.items():
+            if isinstance(node, h5py.Dataset) and node.dtype.names is None and "units" not in node.attrs:
+                unit = unit_of(name)
+                if unit is not None:
+                    node.attrs["units"] = unit
+    if "timeline/events" in f:
+        f["timeline/events"].attrs["units"] = json.dumps({"start": "s", "end": "s"})
 
 
 def write_c_block(comm, tmp: str, block: np.ndarray, rows, cols) -> None:
