@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import numbers
 from time import perf_counter
 
@@ -156,7 +157,7 @@ class Matmul:
         comm = self._comm
         fields = settings_fields(self._config) | {
             "alpha": repr(self.alpha), "beta": repr(self.beta), "op_a": self.op_a, "op_b": self.op_b,
-            "layout": repr(None if self._caller_layout is None else self._caller_layout.blocks)}
+            "layout": _digest(None if self._caller_layout is None else self._caller_layout.blocks)}
         agree_on(comm, fields, "setting")
         config = self._config
 
@@ -182,8 +183,9 @@ class Matmul:
                 comm.Barrier()
                 engine.multiply()
             comm.Barrier()
-        except BaseException:
-            self._stack.close()
+        except BaseException as exc:
+            # The assembly's own rule decides whether to tear down collectively: give it the error.
+            self._stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
         self._parts, self._engine, self._backend = parts, engine, parts.backend
         self.plan_seconds = comm.allreduce(MPI.Wtime() - start, op=MPI.MAX)
@@ -327,6 +329,11 @@ class Matmul:
         if self._comm is not None:
             self._comm.Free()
             self._comm = None
+
+
+def _digest(value) -> str:
+    """A short hash of ``value``'s text: what the ranks compare of a caller's layout (its size grows with the ranks)."""
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
 
 
 def _check_layout(layout, shapes: dict, size: int) -> None:

@@ -49,7 +49,8 @@ class MatmulOptions:
     gemm_order : {"auto", "FC", "CC", "CF", "FF"}
         The local GEMM's operand orders, A's then B's.
     timeline : bool
-        Record the start and end of every transfer and GEMM of each ``execute()``.
+        Record the start and end of every transfer and GEMM of each ``execute()`` (default off in
+        the library: nothing reads it there).
     seed : int
         Seed of the untimed data ``balance="product"`` measures with.
     """
@@ -81,6 +82,7 @@ class MatmulOptions:
         # The library plans the algorithm itself (SUMMA); HPCMM_ALGO is the command line's.
         values.pop("algo", None)
         from_environment = set(values)
+        values.setdefault("timeline", False)  # the library's default: nothing reads a timeline there
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if value is not None:
