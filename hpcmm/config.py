@@ -10,10 +10,11 @@ MPI, so every rank validates the same arguments and reaches the same verdict.
 from __future__ import annotations
 
 import dataclasses
-import math
 import datetime
+import math
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 
 from .errors import InputError
@@ -163,6 +164,31 @@ def check_utf8(argv) -> None:
             after = f" (after {argv[i - 1]})" if i and str(argv[i - 1]).startswith("-") else ""
             raise InputError(f"argument '{shown}'{after} is not UTF-8 text: hpcmm records its command line "
                              "and file names in UTF-8; rename the file") from None
+
+
+def regular_file(path: str, who: str) -> os.stat_result:
+    """Refuse ``path`` unless it is a regular file, before anything opens it; ``who`` starts the message.
+
+    Opening a FIFO waits for a writer, and h5py holds the interpreter's lock while HDF5
+    opens a file, so that nothing (not even the SIGTERM watcher) runs until one comes;
+    a device never ends.  Both are bad input.
+
+    Raises
+    ------
+    InputError
+        ``who``, then what ``path`` is.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{who}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{who}: cannot read it ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{who}: is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{who}: not a regular file (a FIFO, a socket or a device): hpcmm reads files only")
+    return info
 
 
 def parse_number(name: str, text: str) -> float:

@@ -334,29 +334,11 @@ MOST_DESCRIPTION_BYTES = 16 << 20
 
 
 def regular_file(flag: str, path: str) -> os.stat_result:
-    """Refuse ``path`` unless it is a regular file, before anything opens it.
+    """:func:`hpcmm.config.regular_file` with the message naming ``flag`` (``--transport=PATH``,
+    ``model check: PATH``)."""
+    from .config import regular_file as check  # noqa: PLC0415 - the model imports config only on use
 
-    Opening a FIFO waits for a writer, and h5py holds the interpreter's lock while HDF5
-    opens a file, so that nothing (not even the SIGTERM watcher) runs until one comes;
-    a device never ends.  Both are bad input here.
-
-    Raises
-    ------
-    InputError
-        Naming ``flag``, the path and what it is.
-    """
-    who = f"{flag}={path}" if flag.startswith("-") else f"{flag}: {path}"
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{who}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{who}: cannot read it ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise InputError(f"{who}: is a directory")
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"{who}: not a regular file (a FIFO, a socket or a device): hpcmm reads files only")
-    return info
+    return check(path, f"{flag}={path}" if flag.startswith("-") else f"{flag}: {path}")
 
 
 def _read_json(flag: str, path: str, what: str):

@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 
+from .config import regular_file
 from .errors import InputError
 from .summary import print_summary
 
@@ -89,16 +90,7 @@ def report_main(ns) -> int:
     if ns.plot:
         _need_matplotlib()  # before the file is read: the fix is an install, not another file
         _check_plot_path(ns.plot, ns.file)
-    try:
-        info = os.stat(ns.file)
-    except FileNotFoundError:
-        raise InputError(f"report {ns.file}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"report {ns.file}: cannot read it ({exc.strerror})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise InputError(f"report {ns.file}: is a directory")
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"report {ns.file}: not a regular file (a FIFO, a socket or a device)")
+    regular_file(ns.file, f"report {ns.file}")
     try:
         if not h5py.is_hdf5(ns.file):
             raise InputError(f"report {ns.file}: not an HDF5 file")
