@@ -51,7 +51,7 @@ from .gemm_orders import gemm_order, label, relaid, scratch_slots
 from .layout import Layout, padded
 from .transport import PanelChannel
 
-__all__ = ["Engine", "IterationTimes", "PHASES", "check_memory", "device_need", "memory_needed"]
+__all__ = ["Engine", "IterationTimes", "PHASES", "check_memory", "copy_in", "device_need", "memory_needed"]
 
 PHASES = ("gemm", "comm", "wait")
 STREAMS = ("compute", "comm")
@@ -110,7 +110,7 @@ def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: in
 LOAD_PIECE_BYTES = 256 << 20
 
 
-def _copy_in(backend, target, host: np.ndarray, dtype: np.dtype, axis: int) -> None:
+def copy_in(backend, target, host: np.ndarray, dtype: np.dtype, axis: int) -> None:
     """``target[...] = host`` in pieces along ``axis`` (columns or rows), each converted on its own."""
     if not target.size:
         return
@@ -368,8 +368,8 @@ class Engine:
         In pieces of at most :data:`LOAD_PIECE_BYTES`: the device never holds a
         second full-size copy of a block beside the block itself.
         """
-        _copy_in(self.backend, self.A, a_host, self.dtype, axis=1)  # A is column-major: whole columns
-        _copy_in(self.backend, self.B, b_host, self.dtype, axis=0)  # B row-major: whole rows
+        copy_in(self.backend, self.A, a_host, self.dtype, axis=1)  # A is column-major: whole columns
+        copy_in(self.backend, self.B, b_host, self.dtype, axis=0)  # B row-major: whole rows
         self.backend.synchronize()
         # Peers read these blocks from now on.
         self.topo.comm.Barrier()

@@ -32,6 +32,7 @@ from mpi4py import MPI
 from .assemble import assembled, plan_of
 from .config import DTYPES
 from .distribution import OPERANDS, Layout
+from .engine import copy_in
 from .errors import InputError, agree, collective
 from .operands import apply_op, check, to_host, view
 from .options import as_options
@@ -275,7 +276,11 @@ class Matmul:
             data = redistribute(self._comm, to_host(data), self._caller_layout.blocks[name], self.layout.blocks[name])
             counted["moved"] += int(data.nbytes)
         if target.size:
-            target[...] = self._backend.xp.asarray(apply_op(data, op))
+            data = apply_op(data, op)
+            if isinstance(data, np.ndarray):  # from the host: in pieces, no full-size device temporary
+                copy_in(self._backend, target, data, self.dtype, axis=1 if name == "A" else 0)
+            else:
+                target[...] = data
             counted["copied"] += int(target.nbytes)
 
     def _scale_own(self, kept) -> None:
