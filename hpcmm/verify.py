@@ -347,8 +347,9 @@ def full_check(topo, layout, backend, product: Product) -> Check:
     m, n, k = layout.m, layout.n, layout.k
     check_full_size(m, n, k, product.dtype)
     wide = _wide(product.c.dtype)
-    c0 = product.c0 if product.c0 is not None else backend.xp.zeros(product.c.shape, product.c.dtype)
-    mine = tuple(backend.to_host(x).astype(wide) for x in (product.a, product.b, product.c, c0))
+    # C₀ travels only where β·C₀ was added (β ≠ 0): the usual check gathers A, B and C alone.
+    blocks = (product.a, product.b, product.c) + (() if product.c0 is None else (product.c0,))
+    mine = tuple(backend.to_host(x).astype(wide) for x in blocks)
     gathered = topo.comm.gather(mine, root=0)
     residual = power = None
     tol = tolerance(product.dtype, k, product.stores, product.tf32)
@@ -357,18 +358,18 @@ def full_check(topo, layout, backend, product: Product) -> Check:
         A = np.full((m, k), np.nan, dtype=wide)
         B = np.full((k, n), np.nan, dtype=wide)
         C = np.full((m, n), np.nan, dtype=wide)
-        C0 = np.full((m, n), np.nan, dtype=wide)
-        for r, (a, b, c, c0_block) in enumerate(gathered):
-            for target, block, (rr, cc) in (
-                (A, a, layout.a_block(r)),
-                (B, b, layout.b_block(r)),
-                (C, c, layout.c_block(r)),
-                (C0, c0_block, layout.c_block(r)),
-            ):
+        C0 = None if product.c0 is None else np.full((m, n), np.nan, dtype=wide)
+        for r, blocks_of_r in enumerate(gathered):
+            for target, block, (rr, cc) in zip((A, B, C, C0), blocks_of_r,
+                                               (layout.a_block(r), layout.b_block(r), layout.c_block(r),
+                                                layout.c_block(r))):
                 target[rr[0] : rr[1], cc[0] : cc[1]] = block
-        # C = α·A·B + β·C₀ (C₀ zero where β = 0); an element's scale is that of both terms.
-        ref = product.alpha * (A @ B) + product.beta * C0
-        scale = abs(product.alpha) * (np.abs(A) @ np.abs(B)) + abs(product.beta) * np.abs(C0)
+        # C = α·A·B + β·C₀; an element's scale is that of both terms.
+        ref = product.alpha * (A @ B)
+        scale = abs(product.alpha) * (np.abs(A) @ np.abs(B))
+        if C0 is not None:
+            ref += product.beta * C0
+            scale += abs(product.beta) * np.abs(C0)
         diff = np.abs(C - ref)
         with np.errstate(divide="ignore", invalid="ignore"):
             # An element fails once its error exceeds tol·(|A||B|)_ij + floor (results that underflow
