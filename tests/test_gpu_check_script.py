@@ -28,14 +28,28 @@ def _check(tmp_path, *modes, **env):
     if shutil.which("bash") is None:
         pytest.skip("no bash")
     environ = {k: v for k, v in os.environ.items() if k not in ("MPIEXEC", "CHECK_PYTHON")}
-    environ.update(OUT=str(tmp_path / "out"), CHECK_KIT="no", PATH="/usr/bin:/bin", **env)
+    environ.update(OUT=str(tmp_path / "out"), CHECK_KIT="no", PATH="/usr/bin:/bin")
+    environ.update(env)
     proc = subprocess.run(["bash", str(SCRIPT), *modes], env=environ, capture_output=True, text=True, timeout=120)
     return proc, (tmp_path / "out" / "table.txt").read_text()
 
 
+def _path_without_mpi(tmp_path) -> str:
+    """A PATH with this machine's commands but no MPI launcher (a CI machine may have one)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for folder in (Path("/usr/bin"), Path("/bin")):
+        for program in folder.iterdir() if folder.is_dir() else ():
+            if program.name.startswith(("mpiexec", "mpirun", "orterun", "srun")):
+                continue
+            if not (bin_dir / program.name).exists():
+                (bin_dir / program.name).symlink_to(program)
+    return str(bin_dir)
+
+
 def test_without_a_launcher_it_says_what_to_do(tmp_path):
     python = _stub(tmp_path / "python", "exit 0\n")
-    proc, table = _check(tmp_path, "quickbench", CHECK_PYTHON=str(python))
+    proc, table = _check(tmp_path, "quickbench", CHECK_PYTHON=str(python), PATH=_path_without_mpi(tmp_path))
     assert "setup" in table and "no MPI launcher: put the node's mpiexec on PATH or name it in MPIEXEC" in table
     assert proc.returncode == 1  # one failed check: the set-up
 
