@@ -27,19 +27,20 @@ from .algo_choice import Choice, Placed, choose
 from .algorithms.layers import Layers
 from .arrangement import Arrangement, arrange, arrangement_for
 from .balance import product_rate, weights_for
+from .choices import EngineChoices, layered_choices, summa_choices
 from .config import RunConfig
 from .engine import Engine
-from .errors import collective
+from .errors import InputError, collective
 from .layered import LayeredEngine, node_ranks
 from .layout import Layout
 from .placement import arranged, placement
-from .plan import Plan
+from .plan import Plan, agree_on
 from .summary import product_flops
 from .threads import limit_blas_threads
 from .transport import CudaAwareness, decide
 from .verify import check_full_size
 
-__all__ = ["Assembly", "PRODUCT_BALANCE_MOST", "PRODUCT_BALANCE_SECONDS", "assembled", "plan_of"]
+__all__ = ["Assembly", "PRODUCT_BALANCE_MOST", "PRODUCT_BALANCE_SECONDS", "Semantics", "assembled", "engine_for"]
 
 
 @dataclasses.dataclass
@@ -54,19 +55,32 @@ class Assembly:
     choice: Choice
     arrangement: Arrangement
     nodes: list[list[int]]
+    plan: Plan  # agreed by every rank before the engine's buffers were made
     engine: Engine | LayeredEngine
+
+
+@dataclasses.dataclass(frozen=True)
+class Semantics:
+    """What the product computes: ``C ← α·op(A)·op(B) + β·C`` (part of the plan, not of the engine)."""
+
+    alpha: complex | float = 1.0
+    beta: complex | float = 0.0
+    op_a: str = "N"
+    op_b: str = "N"
 
 
 @contextlib.contextmanager
 def assembled(comm: MPI.Comm, config: RunConfig, shape_from: Callable[[object, RunConfig], tuple],
-              load: Callable[[object], None], say: Callable[[str], None] = lambda message: None
-              ) -> Iterator[Assembly]:
-    """Collective over ``comm``: build the engine of ``config``, yield its :class:`Assembly`, close it all.
+              load: Callable[[object], None], say: Callable[[str], None] = lambda message: None, *,
+              semantics: Semantics = Semantics(), layers_refused: str | None = None) -> Iterator[Assembly]:
+    """Collective over ``comm``: plan the product of ``config``, build its engine, yield the :class:`Assembly`.
 
     ``shape_from(backend, config)`` gives ``(config, (m, n, k))`` once the
     device is known (the default sizes differ between CPU and GPU);
     ``load(engine)`` fills an engine's blocks with data, for the untimed
-    products that ``--balance product`` measures.
+    products that ``--balance product`` measures.  ``layers_refused``: the
+    message of the :class:`~hpcmm.errors.InputError` where the algorithm
+    chosen is 2.5D (a caller that runs SUMMA only), raised before any buffer.
     """
     with placement(comm, config) as (launch, backend), _blas_threads(launch):
         config, shape = shape_from(backend, config)
@@ -74,6 +88,8 @@ def assembled(comm: MPI.Comm, config: RunConfig, shape_from: Callable[[object, R
         nodes = node_ranks(launch)
         # On CPUs MPI moves the blocks' own (host) buffers: the model's "mpi" path, never "staged".
         choice = _choose(launch, config, shape, nodes, awareness.aware or not backend.on_gpu)
+        if layers_refused is not None and choice.layers is not None:  # the same choice on every rank
+            raise InputError(layers_refused)
         arrangement = arrange(launch.comm, launch.host, backend, config, shape, launch.vnode_count)
         if arrangement.hint:  # ranks share a GPU without MPS
             say(arrangement.hint)
@@ -84,8 +100,9 @@ def assembled(comm: MPI.Comm, config: RunConfig, shape_from: Callable[[object, R
         elif config.balance == "product" and launch.size > 1:
             arrangement = _balance_by_product(launch, backend, config, shape, arrangement, awareness.aware, choice,
                                               nodes, load, say)
-        with _engine(launch, backend, config, shape, arrangement, awareness.aware, choice, nodes) as engine:
-            yield Assembly(launch, backend, config, shape, awareness, choice, arrangement, nodes, engine)
+        with _engine(launch, backend, config, shape, arrangement, awareness.aware, choice, nodes,
+                     semantics) as (plan, engine):
+            yield Assembly(launch, backend, config, shape, awareness, choice, arrangement, nodes, plan, engine)
 
 
 @contextlib.contextmanager
@@ -109,18 +126,55 @@ def _choose(launch, config: RunConfig, shape, nodes, aware: bool) -> Choice:
 
 @contextlib.contextmanager
 def _engine(launch, backend, config: RunConfig, shape, arrangement: Arrangement, aware: bool, choice: Choice,
-            nodes):
-    """Collective: the engine of ``choice``: SUMMA over the arranged grid, or the 2.5D layers."""
+            nodes, semantics: Semantics = Semantics()):
+    """Collective: plan ``choice`` (SUMMA over the arranged grid, or the 2.5D layers), agree, build its engine.
+
+    Yields ``(plan, engine)``.  The choices (:mod:`hpcmm.choices`) and the
+    :class:`~hpcmm.plan.Plan` come first, and every rank compares the plan
+    (:func:`~hpcmm.plan.agree_on`) before any buffer exists.
+    """
     if choice.layers is None:
-        with arranged(launch, config, arrangement.order, arrangement.grid) as topo, \
-                Engine(topo, backend, _layout(topo, config, shape, arrangement), config, aware) as engine:
-            yield engine
+        with arranged(launch, config, arrangement.order, arrangement.grid) as topo:
+            layout = _layout(topo, config, shape, arrangement)
+            choices = summa_choices(topo, backend, layout, config)
+            weights = () if layout.weights is None else tuple(layout.weights)
+            plan = _plan(launch, backend, config, shape, aware, semantics, choices, algorithm="summa", layers=1,
+                         grid=str(layout.grid), rank_order=tuple(arrangement.order), weights=weights)
+            with Engine(topo, backend, layout, choices, config, aware) as engine:
+                yield plan, engine
         return
     if config.verify == "full":
         with collective(launch.comm):
             check_full_size(*shape, config.dtype)
-    with LayeredEngine(launch, backend, config, shape, Layers.build(nodes, choice.layers), aware) as engine:
-        yield engine
+    layers = Layers.build(nodes, choice.layers)
+    grid, layout, choices = layered_choices(launch, backend, config, shape, layers)
+    plan = _plan(launch, backend, config, shape, aware, semantics, choices, algorithm="2.5d", layers=layers.count,
+                 grid=str(grid), rank_order=tuple(range(launch.size)), weights=())
+    with LayeredEngine(launch, backend, config, layers, grid, layout, choices, aware) as engine:
+        yield plan, engine
+
+
+def _plan(launch, backend, config: RunConfig, shape, aware: bool, semantics: Semantics, choices: EngineChoices,
+          **geometry) -> Plan:
+    """Collective over the launch communicator: the :class:`~hpcmm.plan.Plan`, compared by every rank.
+
+    Every field is the same on every rank (the per-rank ones are gathered);
+    a rank whose plan differs makes it an :class:`~hpcmm.errors.InputError` on
+    every rank, naming the field (:func:`~hpcmm.plan.agree_on`).
+    """
+    comm = launch.comm
+    devices = tuple(comm.allgather(backend.device_id if backend.on_gpu else -1))
+    m, n, k = shape
+    plan = Plan(
+        m=m, n=n, k=k, dtype=config.dtype, alpha=semantics.alpha, beta=semantics.beta, op_a=semantics.op_a,
+        op_b=semantics.op_b, ranks=launch.size, nodes=launch.vnode_count, backend=backend.name, devices=devices,
+        ranks_per_device=max(collections.Counter(devices).values()), balance=config.balance,
+        panel=choices.panel, panel_auto=choices.panel_auto, prefetch=choices.prefetch, steps=choices.steps,
+        step_order=choices.step_order, gemm_order=choices.gemm_order_label, gemm_library=config.gemm_library,
+        tf32=config.tf32, cuda_aware_mpi=bool(aware), memory_bytes=tuple(comm.allgather(choices.needed_bytes)),
+        **geometry)
+    agree_on(comm, plan.fields(), "plan field")
+    return plan
 
 
 #: ``--balance product`` measures untimed products until this many seconds have passed (at least
@@ -142,7 +196,7 @@ def _balance_by_product(launch, backend, config: RunConfig, shape, arrangement: 
     follow those rates.  Where some rank did no work (an empty block) nothing
     can be weighed, and the ``share`` blocks stay.
     """
-    with _engine(launch, backend, config, shape, arrangement, aware, choice, nodes) as engine:
+    with _engine(launch, backend, config, shape, arrangement, aware, choice, nodes) as (_, engine):
         load(engine)
         comm = engine.topo.comm
         comm.Barrier()
@@ -179,29 +233,9 @@ def _layout(topo, config: RunConfig, shape: tuple[int, int, int], arrangement: A
     return layout
 
 
+def engine_for(topo, backend, layout: Layout, config: RunConfig, cuda_aware: bool = False) -> Engine:
+    """Collective over ``topo``: a SUMMA engine on ``layout``, by the choices :func:`~hpcmm.choices.summa_choices` makes.
 
-def plan_of(parts: Assembly, *, alpha=1.0, beta=0.0, op_a: str = "N", op_b: str = "N") -> Plan:
-    """Collective over the launch communicator: the :class:`~hpcmm.plan.Plan` that ``parts`` carries out.
-
-    Every field is the same on every rank (the per-rank ones are gathered), so
-    that the ranks can compare it (:func:`~hpcmm.plan.agree_on`).
+    For probes and tests that drive one engine by hand; a run goes through :func:`assembled`.
     """
-    launch, backend, engine, config = parts.launch, parts.backend, parts.engine, parts.config
-    comm = launch.comm
-    devices = tuple(comm.allgather(backend.device_id if backend.on_gpu else -1))
-    layered = isinstance(engine, LayeredEngine)
-    grid = engine.layer_grid if layered else engine.layout.grid
-    weights = () if layered or engine.layout.weights is None else tuple(engine.layout.weights)
-    m, n, k = parts.shape
-    return Plan(
-        m=m, n=n, k=k, dtype=config.dtype, alpha=alpha, beta=beta, op_a=op_a, op_b=op_b,
-        ranks=launch.size, nodes=launch.vnode_count, backend=backend.name, devices=devices,
-        ranks_per_device=max(collections.Counter(devices).values()),
-        algorithm="2.5d" if layered else "summa", layers=engine.layers.count if layered else 1,
-        grid=str(grid), rank_order=tuple(range(launch.size)) if layered else tuple(parts.arrangement.order),
-        balance=config.balance, weights=weights,
-        panel=int(engine.panel), panel_auto=bool(engine.panel_auto), prefetch=int(engine.prefetch),
-        steps=int(engine.steps), step_order=engine.step_order, gemm_order=engine.gemm_order_label,
-        gemm_library=config.gemm_library, tf32=config.tf32, cuda_aware_mpi=bool(parts.awareness.aware),
-        memory_bytes=tuple(comm.allgather(int(engine.needed_bytes()))),
-    )
+    return Engine(topo, backend, layout, summa_choices(topo, backend, layout, config), config, cuda_aware)

@@ -116,7 +116,7 @@ def _check_reference_memory(topo, backend, cases) -> None:
     """Collective: refuse (exit 2), before any case runs, a case whose one-device reference cannot hold
     A, B and C on one device (it used to end in ``MemoryError`` once the earlier cases had run)."""
     from .dtypes import numpy_dtype  # noqa: PLC0415
-    from .engine import check_memory  # noqa: PLC0415
+    from .choices import check_memory  # noqa: PLC0415
 
     first, _ = _first_on_device(topo, backend)
     where = "GPU" if backend.on_gpu else "host"

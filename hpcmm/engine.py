@@ -43,15 +43,15 @@ from time import perf_counter
 
 import numpy as np
 
-from .algorithms import Step, panel_candidates, prefetch_of, rank_plan, ring_depth, step_order
-from .balance import ranks_per_device
+from .algorithms import Step
+from .choices import EngineChoices
 from .config import RunConfig
-from .errors import InputError, agree, collective_setup, raised_everywhere
-from .gemm_orders import gemm_order, label, relaid, scratch_slots
+from .errors import collective_setup, raised_everywhere
+from .gemm_orders import relaid
 from .layout import Layout, padded
 from .transport import PanelChannel
 
-__all__ = ["Engine", "IterationTimes", "PHASES", "check_memory", "copy_in", "device_need", "memory_needed"]
+__all__ = ["Engine", "IterationTimes", "PHASES", "copy_in"]
 
 PHASES = ("gemm", "comm", "wait")
 STREAMS = ("compute", "comm")
@@ -83,29 +83,6 @@ class StepMarks:
     gemm_end: object = None
 
 
-def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: int,
-                  relayout: tuple[int, int] = (0, 0)) -> int:
-    """Bytes one rank's blocks, panel ring and re-layout scratch take on its device.
-
-    ``ring`` is the slots per operand, :func:`~hpcmm.algorithms.ring_depth`,
-    kept only for an operand whose channel has other members (A along the
-    grid's rows, B down its columns): a rank alone in a channel multiplies
-    its own panels where they lie and receives nothing.
-    ``relayout`` the scratch slots of A's and B's panels (the engine's ring
-    where the GEMM takes that operand in the other order, else 0).  Every
-    stored column of A and row of B and C is padded
-    (:func:`~hpcmm.layout.padded`), and so are the re-layout scratch's (to
-    the panel's width padded).
-    """
-    shapes = layout.local_shapes(rank)
-    (m_loc, k_a), (k_b, n_loc) = shapes["A"], shapes["B"]
-    ld_a, ld_bc, ld_panel = (padded(extent, itemsize) for extent in (m_loc, n_loc, panel))
-    blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
-    slots = ring * panel * (ld_a * (layout.grid.cols > 1) + ld_bc * (layout.grid.rows > 1))
-    scratch = ld_panel * (relayout[0] * m_loc + relayout[1] * n_loc)
-    return (blocks + slots + scratch) * itemsize
-
-
 #: The most bytes of a block that :meth:`Engine.load` moves to the device at once.
 LOAD_PIECE_BYTES = 256 << 20
 
@@ -125,81 +102,6 @@ def copy_in(backend, target, host: np.ndarray, dtype: np.dtype, axis: int) -> No
         target[part] = backend.xp.asarray(np.asarray(host[part], dtype=dtype, order=order))
 
 
-def device_need(needs, device) -> tuple[int, int]:
-    """How many ranks share ``device``, and the bytes they need together.
-
-    ``needs`` holds ``(device, bytes)`` of every rank of a node.  With weighted
-    blocks the ranks of one device need different amounts: the sum must fit.
-
-    Examples
-    --------
-    >>> device_need([(0, 10), (1, 5), (0, 7)], 0)
-    (2, 17)
-    """
-    together = [need for where, need in needs if where == device]
-    return len(together), sum(together)
-
-
-def _on_this_device(topo, backend, needs: list[int]) -> tuple[int, list[int], int]:
-    """Collective over the node: the ranks on this rank's device, each of ``needs`` summed over them
-    (:func:`device_need`), and the bytes the device has free.
-
-    ``needs`` holds this rank's bytes for each of several choices (one or more), the same count on
-    every rank.  On the CPU every rank of the node shares the host's memory.
-    """
-    device = backend.device_id if backend.on_gpu else None
-    gathered = topo.node_comm.allgather((device, needs))
-    totals = [device_need([(where, need[i]) for where, need in gathered], device) for i in range(len(needs))]
-    free, _ = backend.memory_info()
-    return totals[0][0], [total for _, total in totals], free
-
-
-def check_memory(topo, backend, needed: int, problem: str) -> int:
-    """Collective: refuse a problem whose ranks on one device need more than it has free.
-
-    Ranks that share a device share its memory, and with weighted blocks or
-    2.5D layers they need different amounts: the sum of their ``needed``
-    bytes must fit (on the CPU every rank of the node shares the host's
-    memory).  ``problem`` starts the message.  Returns that sum for this
-    rank's device.
-    """
-    ranks, (total,), free = _on_this_device(topo, backend, [needed])
-    where = "device" if backend.on_gpu else "host"
-    err = None
-    if total > free:
-        err = InputError(f"{problem} does not fit: {ranks} rank(s) per {where} need {total / 2**30:.2f} GiB of "
-                         f"{where} memory, {free / 2**30:.2f} GiB available")
-    agree(topo.comm, err)
-    return total
-
-
-def gpus_shared(topo, backend) -> bool:
-    """Collective: whether any GPU of the job holds several ranks (the same answer on every rank).
-
-    The panel rule narrows there (:func:`~hpcmm.algorithms.auto_panel`); every
-    rank must take the same width, so one shared GPU anywhere decides for all.
-    """
-    if not backend.on_gpu:
-        return False
-    busiest = max(ranks_per_device(topo.node_comm.allgather(backend.device_id)))
-    return max(topo.comm.allgather(busiest)) > 1
-
-
-def widest_fitting(topo, backend, widths: list[int], needed) -> int:
-    """Collective: the first of ``widths`` (widest first) at which every device holds what its ranks need.
-
-    ``needed(width)`` is this rank's bytes at that width.  Every rank gets the
-    same width (the narrowest that some device needs); where none fits, the
-    last, and :func:`check_memory` then refuses the problem with its figures.
-    One width needs no collective: every rank has the same list.
-    """
-    if len(widths) == 1:
-        return widths[0]
-    _, totals, free = _on_this_device(topo, backend, [needed(width) for width in widths])
-    first = next((i for i, total in enumerate(totals) if total <= free), len(widths) - 1)
-    return widths[max(topo.comm.allgather(first))]
-
-
 class Engine:
     """Blocks, channels and the SUMMA loop of one rank.
 
@@ -213,50 +115,31 @@ class Engine:
     topo : Topology
     backend : Backend
     layout : Layout
+    choices : EngineChoices
+        Panel, prefetch, operand orders, steps and memory, made before the
+        engine by :func:`~hpcmm.choices.summa_choices` (memory checked there):
+        the engine decides nothing.
     config : RunConfig
-        ``dtype``, ``panel`` (``None``: :func:`~hpcmm.algorithms.auto_panel`
-        chooses), ``prefetch`` (panels in flight ahead of the GEMM), ``tf32``,
-        ``gemm_order`` (the GEMM's operand orders: ``auto`` or an override,
-        :func:`~hpcmm.gemm_orders.gemm_order`) and ``timeline`` (keep the
-        start and end of every transfer and GEMM).
+        ``dtype``, ``tf32`` and ``timeline`` (keep the start and end of every
+        transfer and GEMM).
     cuda_aware : bool
         Whether device buffers may go to MPI.
-
-    Raises
-    ------
-    InputError
-        On every rank: a panel wider than k, or blocks and panels that do not
-        fit in memory.
     """
 
-    def __init__(self, topo, backend, layout: Layout, config: RunConfig, cuda_aware: bool,
+    def __init__(self, topo, backend, layout: Layout, choices: EngineChoices, config: RunConfig, cuda_aware: bool,
                  c_storage=None) -> None:
-        self.topo, self.backend, self.layout = topo, backend, layout
+        self.topo, self.backend, self.layout, self.choices = topo, backend, layout, choices
         self.dtype = np.dtype(config.dtype)
         self.tf32, self.record_timeline = config.tf32, config.timeline
-        self.prefetch = prefetch_of(config, backend.on_gpu)
-        # The engine's own ring: which GEMM last read each panel slot (a channel may keep more).
-        self.ring = self.prefetch + 1
+        self.prefetch, self.ring, self.panel, self.panel_auto = (choices.prefetch, choices.ring, choices.panel,
+                                                                choices.panel_auto)
         #: The GEMM's operand orders, A's then B's (hpcmm.gemm_orders); panels travel as stored (FC).
-        self.gemm_order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
-        self.panel_auto = config.panel is None
-        if config.panel is not None:
-            self.panel = config.panel
-        else:  # the default width, or a narrower one where its panel ring would not fit
-            widths = panel_candidates([layout], self.dtype.itemsize, backend.on_gpu, shared=gpus_shared(topo, backend))
-            self.panel = widest_fitting(topo, backend, widths, self.needed_bytes)
-        if self.panel > layout.k:  # the same verdict on every rank
-            agree(topo.comm, InputError(f"{config.origin('panel')}={self.panel}: wider than k={layout.k}"))
-        # Before the plan: a huge k must be refused, not planned step by step.
-        self._check_memory()
-        #: ``own-first``: where every panel is a one-sided pull (one node), each rank starts k with its
-        #: own blocks (:func:`~hpcmm.algorithms.own_start`); ``common``: every rank in the same order,
-        #: which the broadcasts between nodes need.
-        self.step_order = step_order(config.step_order, topo.vnode_count)
-        self.plan: list[Step] = rank_plan(layout, topo.rank, self.panel, self.prefetch,
-                                          own_order=self.step_order == "own-first")
+        self.gemm_order, self.step_order = choices.gemm_order, choices.step_order
+        #: What the memory check compared: the bytes of every rank on this rank's device.
+        self.device_bytes = choices.device_bytes
+        self.plan: list[Step] = list(choices.rank_steps)
         #: Steps of the longest plan: every rank's step records are that long (zeros after its own).
-        self.steps = max(topo.comm.allgather(len(self.plan)))
+        self.steps = choices.steps
         shapes = layout.local_shapes(topo.rank)
         self.a_shape, self.b_shape, self.c_shape = shapes["A"], shapes["B"], shapes["C"]
         self.m_loc, self.n_loc = self.c_shape
@@ -291,20 +174,16 @@ class Engine:
     # -- set-up ---------------------------------------------------------------
     def slots_per_operand(self) -> int:
         """Panel slots each channel may keep (the deepest: a channel that spans nodes keeps 2 or more)."""
-        return ring_depth(self.prefetch, spans_nodes=self.topo.vnode_count > 1)
+        return self.choices.slots
 
-    def needed_bytes(self, panel: int | None = None) -> int:
-        """What this rank's blocks, panel rings and re-layout scratch take on its device (the memory check's figure).
-
-        ``panel``: at that width instead of the engine's own.
-        """
-        return memory_needed(self.layout, self.topo.rank, self.dtype.itemsize, panel or self.panel,
-                             self.slots_per_operand(), scratch_slots(self.gemm_order, self.ring))
+    def needed_bytes(self) -> int:
+        """What this rank's blocks, panel rings and re-layout scratch take on its device (the memory check's figure)."""
+        return self.choices.needed_bytes
 
     @property
     def gemm_order_label(self) -> str:
         """The GEMM's operand orders as files name them, e.g. ``A:C B:F``."""
-        return label(self.gemm_order)
+        return self.choices.gemm_order_label
 
     def _relayout_scratch(self) -> list[tuple[object, object]]:
         """Per slot of the engine's ring, a panel-sized buffer for A and for B where the GEMM takes the other order.
@@ -318,12 +197,6 @@ class Engine:
         b_size = ld_panel * self.n_loc if relayout_b else 0
         return [(self.backend.empty((a_size,), self.dtype) if a_size else None,
                  self.backend.empty((b_size,), self.dtype) if b_size else None) for _ in range(self.ring)]
-
-    def _check_memory(self) -> None:
-        """Collective: refuse blocks that do not fit (:func:`check_memory`); sets :attr:`device_bytes`."""
-        layout = self.layout
-        self.device_bytes = check_memory(self.topo, self.backend, self.needed_bytes(),
-                                         f"problem m={layout.m}, n={layout.n}, k={layout.k} {self.dtype.name}")
 
     def _channel(self, comm, vnodes, block_elements, panel_rows, cuda_aware) -> PanelChannel:
         """Collective: one operand's channel; a failure on any rank fails it on all.

@@ -90,7 +90,7 @@ def relaid(order: str) -> tuple[bool, bool]:
 def scratch_slots(order: str, ring: int) -> tuple[int, int]:
     """Re-layout scratch slots for A's and B's panels: the engine's ``ring`` where ``order`` re-lays out, else 0.
 
-    What :func:`hpcmm.engine.memory_needed` counts as ``relayout`` (the engine, the 2.5D layers and the
+    What :func:`hpcmm.choices.memory_needed` counts as ``relayout`` (the engine, the 2.5D layers and the
     cost model all ask here).
 
     Examples

@@ -32,17 +32,15 @@ import dataclasses
 from time import perf_counter
 
 import numpy as np
-from mpi4py import MPI
 
-from .algorithms import panel_candidates, prefetch_of, ring_depth
 from .algorithms.layers import LayeredLayout, Layers
+from .choices import EngineChoices
 from .config import RunConfig
-from .engine import Engine, IterationTimes, check_memory, gpus_shared, memory_needed, widest_fitting
-from .errors import InputError, agree, collective_setup, raised_everywhere
-from .gemm_orders import gemm_order, scratch_slots
-from .grid_orientation import facing
-from .topology import Topology, choose_grid
-from .transport.reduce import FiberReduction, scratch_bytes
+from .engine import Engine, IterationTimes
+from .errors import collective_setup, raised_everywhere
+from .layout import Grid
+from .topology import Topology
+from .transport.reduce import FiberReduction
 
 __all__ = ["LayeredEngine", "LayeredTimes", "node_ranks"]
 
@@ -72,56 +70,30 @@ class LayeredEngine:
         All ranks (launch order).
     backend : Backend
     config : RunConfig
-    shape : (int, int, int)
-        m, n, k.
     layers : Layers
         The layer of every rank (built from :func:`node_ranks`).
+    grid, layout, choices
+        What :func:`~hpcmm.choices.layered_choices` made of them (memory checked there): each
+        layer's grid, the layered layout, and the choices every layer engine runs by.
     cuda_aware : bool
-
-    Raises
-    ------
-    InputError
-        On every rank: blocks, panels and partial C that do not fit, or a
-        panel wider than the k of a layer.
     """
 
-    def __init__(self, topo: Topology, backend, config: RunConfig, shape: tuple[int, int, int], layers: Layers,
-                 cuda_aware: bool) -> None:
-        m, n, k = shape
-        self.topo, self.backend, self.layers = topo, backend, layers
+    def __init__(self, topo: Topology, backend, config: RunConfig, layers: Layers, grid: Grid,
+                 layout: LayeredLayout, choices: EngineChoices, cuda_aware: bool) -> None:
+        self.topo, self.backend, self.layers, self.choices = topo, backend, layers, choices
         self.dtype = np.dtype(config.dtype)
         self.layer = layers.layer(topo.rank)
         self.layer_rank = layers.layer_rank(topo.rank)
         self.members = layers.members(self.layer)
-        # Each layer's grid is turned as a summa run's on the same nodes (hpcmm.grid_orientation), so
-        # that one layer is summa block for block.
-        shared = gpus_shared(topo, backend)
-        face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, topo.vnode_count, shared,
-                      layers.layer_size, n)
-        self.layer_grid = choose_grid(layers.layer_size, None, face)
-        self.layout = LayeredLayout(m, n, k, layers, self.layer_grid)
-        self.panel_auto = config.panel is None
-        #: The layer engines' GEMM operand orders (the same rule as :class:`Engine`'s), for the memory check.
-        self.gemm_order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
-        self.prefetch = prefetch_of(config, backend.on_gpu)
-        self.ring = self.prefetch + 1
-        # One width for every layer, so that their plans (and step records) line up: the default, or a
-        # narrower one where its panel rings would not fit.
-        layer_layouts = [self.layout.layer_layout(layer) for layer in range(layers.count)]
-        self.panel = config.panel if config.panel is not None else widest_fitting(
-            topo, backend, panel_candidates(layer_layouts, self.dtype.itemsize, backend.on_gpu,
-                                            shared=shared), self.needed_bytes)
-        narrowest = min(layer_layout.k for layer_layout in layer_layouts)
-        if self.panel > narrowest:  # the same verdict on every rank; said before the layer engines say less
-            agree(topo.comm, InputError(
-                f"{config.origin('panel')}={self.panel}: wider than the k of a 2.5d layer (k={k} over "
-                f"{layers.count} layers: {narrowest} for the narrowest)"))
+        self.layer_grid, self.layout = grid, layout
+        self.panel, self.panel_auto, self.prefetch = choices.panel, choices.panel_auto, choices.prefetch
+        self.gemm_order, self.ring = choices.gemm_order, choices.ring
+        self.device_bytes = choices.device_bytes
         layer_config = config.replace(
             panel=self.panel, grid=None,
             ranks_per_node=layers.per_layer if config.ranks_per_node is not None else None)
         self.engine = self.reduction = self.layer_topo = self.fiber = None
         self.closed = False
-        self._check_memory()
         layer_comm = topo.comm.Split(self.layer, self.layer_rank)
         try:
             self.layer_topo = Topology.create(layer_comm, layer_config, grid=self.layer_grid)
@@ -135,13 +107,12 @@ class LayeredEngine:
                                             self.dtype)
         # The engine multiplies into the partial block its fiber peers read (stored as it stores C).
         with collective_setup(topo.comm, self.close):
-            self.engine = Engine(self.layer_topo, backend, self.layout.layer_layout(self.layer), layer_config,
-                                 cuda_aware, c_storage=self.reduction.storage)
+            self.engine = Engine(self.layer_topo, backend, self.layout.layer_layout(self.layer), choices,
+                                 layer_config, cuda_aware, c_storage=self.reduction.storage)
         self.plan = self.engine.plan
-        #: The layer engine's step order (the same in every layer: their topologies span the same nodes).
-        self.step_order = self.engine.step_order
+        self.step_order = choices.step_order
         #: Steps of the longest layer plan: every rank's step records are that long (zeros after its own).
-        self.steps = topo.comm.allreduce(len(self.plan), op=MPI.MAX)
+        self.steps = choices.steps
 
     def __enter__(self) -> LayeredEngine:
         return self
@@ -188,32 +159,9 @@ class LayeredEngine:
         return {"layer": self.layer, "layer_rank": self.layer_rank, "grid_row": row, "grid_col": col}
 
     # -- memory -----------------------------------------------------------------
-    def _scratch_bytes(self, rank: int) -> int:
-        """The reduction's scratch on ``rank`` (:func:`~hpcmm.transport.reduce.scratch_bytes`)."""
-        member = self.layers.fiber(rank).index(rank)
-        return scratch_bytes(self.layout.local_shapes_partial(rank), self.layers.count, member,
-                             self.dtype.itemsize)
-
-    def needed_bytes(self, panel: int | None = None) -> int:
-        """This rank's blocks, panel rings, re-layout scratch, partial C and reduction scratch on its device.
-
-        The partial C is the layer engine's C block (:func:`memory_needed`
-        counts it), allocated by the reduction so that its fiber peers can read it.
-        ``panel``: at that width instead of the engine's own.
-        """
-        layout = self.layout.layer_layout(self.layer)
-        # A layer's channels span nodes when the job has several (its ranks are one per node at most q).
-        ring = ring_depth(self.prefetch, spans_nodes=len(self.layers.nodes) > 1)
-        relayout = scratch_slots(self.gemm_order, self.prefetch + 1)
-        return memory_needed(layout, self.layer_rank, self.dtype.itemsize, panel or self.panel, ring, relayout) \
-            + self._scratch_bytes(self.topo.rank)
-
-    def _check_memory(self) -> None:
-        """Collective: every rank of a device counts, whatever its layer (:func:`check_memory`)."""
-        layout = self.layout
-        self.device_bytes = check_memory(
-            self.topo, self.backend, self.needed_bytes(),
-            f"problem m={layout.m}, n={layout.n}, k={layout.k} {self.dtype.name} with {self.layers.count} layers")
+    def needed_bytes(self) -> int:
+        """This rank's blocks, panel rings, re-layout scratch, partial C and reduction scratch on its device."""
+        return self.choices.needed_bytes
 
     # -- the work ---------------------------------------------------------------
     def load(self, a_host: np.ndarray, b_host: np.ndarray) -> None:

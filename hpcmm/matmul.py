@@ -29,7 +29,7 @@ from time import perf_counter
 import numpy as np
 from mpi4py import MPI
 
-from .assemble import assembled, plan_of
+from .assemble import Semantics, assembled
 from .config import DTYPES
 from .distribution import OPERANDS, Layout
 from .engine import copy_in
@@ -165,14 +165,12 @@ class Matmul:
         def shape_from(backend, config):
             return config, (self.m, self.n, self.k)
 
-        parts = self._stack.enter_context(assembled(comm, config, shape_from, _fill_for_timing))
+        semantics = Semantics(self.alpha, self.beta, self.op_a, self.op_b)
+        parts = self._stack.enter_context(assembled(
+            comm, config, shape_from, _fill_for_timing, semantics=semantics,
+            layers_refused="the library runs SUMMA; 2.5d is the command line's (--algo)"))
         try:
-            with collective(comm):
-                if parts.choice.layers is not None:
-                    raise InputError("the library runs SUMMA; 2.5d is the command line's (--algo)")
-            plan = plan_of(parts, alpha=self.alpha, beta=self.beta, op_a=self.op_a, op_b=self.op_b)
-            agree_on(comm, plan.fields(), "plan field")
-            engine = parts.engine
+            plan, engine = parts.plan, parts.engine
             engine_rank = comm.allgather(engine.topo.rank)
             blocks = {name: tuple(getattr(engine.layout, f"{name.lower()}_block")(engine_rank[r])
                                   for r in range(comm.Get_size())) for name in OPERANDS}

@@ -1089,7 +1089,7 @@ def _simulate(problem, ranks, machine, ranks_per_node, ranks_per_host, grid_shap
     seconds = float(gend[:, -1].max()) if S else 0.0
     notes = list(notes)
     if not _fits(problem, grid, panel, prefetch, machine, sharers):
-        # hpcmm refuses such a problem before it allocates (engine._check_memory)
+        # hpcmm refuses such a problem before it allocates (choices.check_memory)
         notes.append(f"does not fit: {sharers} rank(s) per device need more than "
                      f"{machine.memory_gib:g} GiB")
         seconds = math.inf
@@ -1183,7 +1183,7 @@ def _split_relay(ro, nbytes, t, free, new_host, new_stream, rdy, nic_bytes, byte
 
 
 def memory_bytes(problem: Problem, grid: Grid, panel: int, ring: int, relayout: tuple[int, int] = (0, 0)) -> int:
-    """Device bytes of the busiest rank: blocks, panel ring and re-layout scratch (``engine.memory_needed``'s rule).
+    """Device bytes of the busiest rank: blocks, panel ring and re-layout scratch (``choices.memory_needed``'s rule).
 
     ``relayout``: the scratch slots of A's and B's panels where the GEMM takes
     them in the other order (the engine's ring, ``prefetch + 1``), else 0.
@@ -1196,7 +1196,7 @@ def memory_bytes(problem: Problem, grid: Grid, panel: int, ring: int, relayout: 
     ld_a, ld_bc = padded(m_loc, problem.itemsize), padded(n_loc, problem.itemsize)
     blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
     scratch = padded(panel, problem.itemsize) * (relayout[0] * m_loc + relayout[1] * n_loc)
-    # Ring slots only for an operand whose channel has other members (engine.memory_needed).
+    # Ring slots only for an operand whose channel has other members (choices.memory_needed).
     slots = ring * panel * (ld_a * (grid.cols > 1) + ld_bc * (grid.rows > 1))
     return (blocks + slots + scratch) * problem.itemsize
 

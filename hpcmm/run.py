@@ -23,7 +23,7 @@ from mpi4py import MPI
 from . import h5io
 from .algo_choice import Choice
 from .arrangement import Arrangement
-from .assemble import assembled, plan_of
+from .assemble import Semantics, assembled
 from .backend import host_memory
 from .clock import SharedClock, product_window
 from .config import RunConfig
@@ -77,10 +77,9 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
         _load_inputs(engine, config, sources, lambda message: None)
 
     start = MPI.Wtime()
-    with assembled(comm, config, shape_from, load, say) as parts:
-        config, engine, choice, backend = parts.config, parts.engine, parts.choice, parts.backend
-        plan = plan_of(parts)
-        agree_on(parts.launch.comm, plan.fields(), "plan field")
+    semantics = Semantics(config.alpha, config.beta, config.op_a, config.op_b)
+    with assembled(comm, config, shape_from, load, say, semantics=semantics) as parts:
+        config, engine, choice, backend, plan = parts.config, parts.engine, parts.choice, parts.backend, parts.plan
         plan_seconds = parts.launch.comm.allreduce(MPI.Wtime() - start, op=MPI.MAX)
         topo = engine.topo
         _check_bookkeeping(topo, engine, config)

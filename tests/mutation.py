@@ -2,7 +2,7 @@
 
     python tests/mutation.py [--only NAME ...] [--limit SECONDS]
 
-For each mutation: copy ``hpcmm/``, ``tests/``, ``data/`` and ``pyproject.toml`` into a
+For each mutation: copy ``hpcmm/``, ``tests/``, ``data/``, ``benchmarks/`` and ``pyproject.toml`` into a
 temporary directory, apply the bug (an exact text replacement that must match
 once, so a mutation that no longer applies is reported, not silently
 skipped), run the tests that guard that figure there (with a time limit:
@@ -33,10 +33,10 @@ MUTATIONS = {
         "        return DEFAULT_PREFETCH\n",
         ["tests/test_timing.py"],
     ),
-    "the engine ignores the prefetch rule": (
-        "hpcmm/engine.py",
-        "        self.prefetch = prefetch_of(config, backend.on_gpu)\n",
-        "        self.prefetch = config.prefetch if config.prefetch is not None else 2\n",
+    "the planner ignores the prefetch rule": (
+        "hpcmm/choices.py",
+        "    prefetch = prefetch_of(config, backend.on_gpu)\n    order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)\n    slots",
+        "    prefetch = config.prefetch if config.prefetch is not None else 2\n    order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)\n    slots",
         ["tests/test_timing.py"],
     ),
     "timing window after step 0": (
@@ -125,7 +125,7 @@ MUTATIONS = {
         ["tests/test_arrangement.py"],
     ),
     "ranks on one device: the largest need, not the sum": (
-        "hpcmm/engine.py",
+        "hpcmm/choices.py",
         "return len(together), sum(together)",
         "return len(together), max(together, default=0)",
         ["tests/test_arrangement.py"],
@@ -349,8 +349,8 @@ MUTATIONS = {
     ),
     "model check: the file's MPS state ignored": (
         "hpcmm/model.py",
-        '        mps = bool(summ.get("mps", False))',
-        "        mps = False",
+        '    mps = bool(summ.get("mps", False))',
+        "    mps = False",
         ["tests/test_model.py"],
     ),
     "model: ranks of one GPU stretch every GEMM by their number": (
@@ -391,6 +391,8 @@ def _copy(scratch: Path) -> None:
         shutil.copytree(REPO / name, scratch / name, ignore=shutil.ignore_patterns("__pycache__", "*.h5"))
     # The small input files the MPI tests read (tests/mpi: data/small.h5, ...).
     shutil.copytree(REPO / "data", scratch / "data", ignore=shutil.ignore_patterns("__pycache__"))
+    # The measurements the model's tests check it against (benchmarks/results/*/*.csv).
+    shutil.copytree(REPO / "benchmarks", scratch / "benchmarks", ignore=shutil.ignore_patterns("*.h5"))
     shutil.copy2(REPO / "pyproject.toml", scratch / "pyproject.toml")
 
 

@@ -18,7 +18,7 @@ from hpcmm.arrangement import GPU_BLOCK_QUANTUM, arrange, arrangement_for
 from hpcmm.backend import CpuBackend
 from hpcmm.balance import Balance, Device, ranks_per_device, weights_for
 from hpcmm.config import RunConfig
-from hpcmm.engine import device_need, memory_needed
+from hpcmm.choices import device_need, memory_needed
 from hpcmm.layout import Grid, Layout, predicted_imbalance
 from hpcmm.mps import MpsState
 

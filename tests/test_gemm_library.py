@@ -183,7 +183,7 @@ def test_an_engine_lets_its_gemm_plans_go_when_it_closes():
     from mpi4py import MPI
 
     from hpcmm.backend import CpuBackend
-    from hpcmm.engine import Engine
+    from hpcmm.assemble import engine_for
     from hpcmm.layout import Grid, Layout
     from hpcmm.topology import Topology
 
@@ -196,7 +196,7 @@ def test_an_engine_lets_its_gemm_plans_go_when_it_closes():
     backend = Counting()
     topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
     try:
-        engine = Engine(topo, backend, Layout(12, 7, 8, Grid(1, 1)), RunConfig(panel=2, prefetch=1), False)
+        engine = engine_for(topo, backend, Layout(12, 7, 8, Grid(1, 1)), RunConfig(panel=2, prefetch=1), False)
         assert backend.forgotten == 0
         engine.close()
         assert backend.forgotten == 1
@@ -254,7 +254,7 @@ def test_an_engine_whose_gemms_are_planned_multiplies_right(panel):
     from mpi4py import MPI
 
     from hpcmm.backend import CpuBackend
-    from hpcmm.engine import Engine
+    from hpcmm.assemble import engine_for
     from hpcmm.inputs import generate_block
     from hpcmm.layout import Grid, Layout
     from hpcmm.topology import Topology
@@ -276,7 +276,7 @@ def test_an_engine_whose_gemms_are_planned_multiplies_right(panel):
     topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
     engine = None
     try:
-        engine = Engine(topo, backend, Layout(m, n, k, Grid(1, 1)), RunConfig(panel=panel, prefetch=1), False)
+        engine = engine_for(topo, backend, Layout(m, n, k, Grid(1, 1)), RunConfig(panel=panel, prefetch=1), False)
         a = generate_block(3, "A", (m, k), (0, m), (0, k), np.float64)
         b = generate_block(3, "B", (k, n), (0, k), (0, n), np.float64)
         engine.load(a, b)

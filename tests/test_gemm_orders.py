@@ -18,7 +18,8 @@ from hpcmm import gemm_orders
 from hpcmm.backend import CpuBackend, orders
 from hpcmm.config import DTYPES, ENVIRONMENT, RunConfig, settings_from_environment
 from hpcmm.dtypes import BFLOAT16
-from hpcmm.engine import Engine, memory_needed
+from hpcmm.assemble import engine_for
+from hpcmm.choices import memory_needed
 from hpcmm.errors import InputError
 from hpcmm.gemm_orders import MEASURED, ORDER_BY_TYPE, ORDERS, STORED, choose, gemm_order, label, relaid
 from hpcmm.layout import Grid, Layout, padded
@@ -205,7 +206,7 @@ def _engine(m, n, k, order, *, panel=3, prefetch=1, dtype="float64", seed=2):
     topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
     config = RunConfig(panel=panel, prefetch=prefetch, dtype=dtype, gemm_order=order)
     try:
-        engine = Engine(topo, CpuBackend(), Layout(m, n, k, Grid(1, 1)), config, False)
+        engine = engine_for(topo, CpuBackend(), Layout(m, n, k, Grid(1, 1)), config, False)
     except Exception:
         topo.close()
         raise

@@ -188,7 +188,7 @@ def test_summa_refuses_what_does_not_fit():
 
 
 def test_memory_rule_is_the_engines():
-    from hpcmm.engine import memory_needed
+    from hpcmm.choices import memory_needed
 
     for shape, grid in [((1001, 999, 1003), Grid(2, 2)), ((4096, 300, 77), Grid(3, 1)), ((8, 9, 10), Grid(1, 4))]:
         layout = Layout(*shape, grid)

@@ -393,7 +393,7 @@ def test_auto_panel_weighted_gives_a_valid_plan(rows, cols, k, data):
     check_layout_plan(layout, panel, summa_plan(layout, panel))
 
 
-# -- the memory fallback (engine.widest_fitting) -----------------------------------------
+# -- the memory fallback (choices.widest_fitting) -----------------------------------------
 
 
 class _Gather:
@@ -414,7 +414,7 @@ class _NoCollective:
 def _fitting(widths, needs, free, node_others=(), world_others=(), device=0):
     from types import SimpleNamespace
 
-    from hpcmm.engine import widest_fitting
+    from hpcmm.choices import widest_fitting
 
     topo = SimpleNamespace(node_comm=_Gather(node_others), comm=_Gather(world_others))
     backend = SimpleNamespace(on_gpu=True, device_id=device, memory_info=lambda: (free, 2 * free))
@@ -446,7 +446,7 @@ def test_widest_fitting_gives_every_rank_the_narrowest_any_device_needs():
 def test_widest_fitting_with_one_width_is_local():
     from types import SimpleNamespace
 
-    from hpcmm.engine import widest_fitting
+    from hpcmm.choices import widest_fitting
 
     topo = SimpleNamespace(node_comm=_NoCollective(), comm=_NoCollective())
     assert widest_fitting(topo, SimpleNamespace(on_gpu=True), [256], lambda width: 1 << 60) == 256
@@ -467,7 +467,7 @@ def test_gpus_shared_is_one_answer_for_every_rank():
     """One GPU with two ranks anywhere makes every rank narrow (their plans must agree)."""
     from types import SimpleNamespace
 
-    from hpcmm.engine import gpus_shared
+    from hpcmm.choices import gpus_shared
 
     def ask(node_devices, world_counts, device=0, on_gpu=True):
         topo = SimpleNamespace(node_comm=_Gather(node_devices), comm=_Gather(world_counts))

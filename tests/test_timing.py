@@ -23,6 +23,7 @@ import hpcmm
 from hpcmm.algorithms import prefetch_of
 from hpcmm.backend import CpuBackend
 from hpcmm.clock import SharedClock, product_window
+from hpcmm.assemble import engine_for
 from hpcmm.config import RunConfig
 from hpcmm.engine import Engine
 from hpcmm.inputs import generate_block
@@ -40,7 +41,7 @@ def engine():
     topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
     eng = None
     try:
-        eng = Engine(topo, CpuBackend(), Layout(M, N, K, Grid(1, 1)), RunConfig(panel=2, prefetch=1), False)
+        eng = engine_for(topo, CpuBackend(), Layout(M, N, K, Grid(1, 1)), RunConfig(panel=2, prefetch=1), False)
         a = generate_block(1, "A", (M, K), (0, M), (0, K), np.float64)
         b = generate_block(1, "B", (K, N), (0, K), (0, N), np.float64)
         eng.load(a, b)
@@ -269,7 +270,7 @@ def test_the_prefetch_rule_in_the_run_and_the_model(dtype, tf32, given, on_gpu, 
     topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
     eng = None
     try:
-        eng = Engine(topo, CpuBackend(), Layout(M, N, K, Grid(1, 1)), config, False)
+        eng = engine_for(topo, CpuBackend(), Layout(M, N, K, Grid(1, 1)), config, False)
         assert (eng.prefetch, eng.ring) == (expected, expected + 1)
     finally:
         if eng is not None:

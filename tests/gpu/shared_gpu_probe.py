@@ -27,7 +27,7 @@ from mpi4py import MPI
 from hpcmm.backend import make_backend
 from hpcmm.balance import MODES, gather_balance
 from hpcmm.config import RunConfig
-from hpcmm.engine import Engine
+from hpcmm.assemble import engine_for
 from hpcmm.inputs import generate_block
 from hpcmm.layout import Grid, Layout, fit_grid, predicted_imbalance
 from hpcmm.mps import detect, shared_without_mps, sharing_hint
@@ -57,7 +57,7 @@ def main() -> int:
     comm = world.Split(0, fit.order.index(world.Get_rank()))
     topo = Topology.create(comm, RunConfig(grid=(fit.grid.rows, fit.grid.cols)))
     layout = Layout(m, n, k, topo.grid, weights=fit.weights)
-    engine = Engine(topo, backend, layout, RunConfig(dtype="float64", prefetch=1, timeline=False), cuda_aware=False)
+    engine = engine_for(topo, backend, layout, RunConfig(dtype="float64", prefetch=1, timeline=False), cuda_aware=False)
     me = topo.rank
     (ar, ac), (br, bc) = layout.a_block(me), layout.b_block(me)
     engine.load(generate_block(3, "A", (m, k), ar, ac, "float64"), generate_block(3, "B", (k, n), br, bc, "float64"))

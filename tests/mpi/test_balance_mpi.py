@@ -21,7 +21,7 @@ from mpi4py import MPI
 from hpcmm.backend import CpuBackend, make_backend
 from hpcmm.balance import MODES, Device, gather_balance
 from hpcmm.config import RunConfig
-from hpcmm.engine import Engine
+from hpcmm.assemble import engine_for
 from hpcmm.errors import HpcmmError
 from hpcmm.inputs import generate_block
 from hpcmm.layout import Grid, Layout, fit_grid, predicted_imbalance
@@ -107,7 +107,7 @@ def test_product_over_weighted_blocks(shape, ranks_per_node, dims, panel, prefet
         topo = Topology.create(comm, RunConfig(grid=(fit.grid.rows, fit.grid.cols), ranks_per_node=ranks_per_node))
         layout = Layout(m, n, k, topo.grid, weights=fit.weights)
         everywhere(predicted_imbalance(layout) == fit.imbalance, "layout and fit disagree")
-        engine = Engine(topo, backend, layout, RunConfig(panel=panel, prefetch=prefetch, timeline=False),
+        engine = engine_for(topo, backend, layout, RunConfig(panel=panel, prefetch=prefetch, timeline=False),
                         cuda_aware=False)
         me = topo.rank
         (ar, ac), (br, bc) = layout.a_block(me), layout.b_block(me)
@@ -136,7 +136,7 @@ def test_product_over_weighted_blocks(shape, ranks_per_node, dims, panel, prefet
     everywhere(not message, message)
 
 
-# -- the panel's collectives (engine.gpus_shared, engine.widest_fitting) on real communicators --------
+# -- the panel's collectives (choices.gpus_shared, choices.widest_fitting) on real communicators --------
 
 
 class _GpuLike:
@@ -156,7 +156,7 @@ class _GpuLike:
 def test_panel_collectives_give_every_rank_one_answer(devices):
     """Ranks on ``devices`` GPUs (node-local rank modulo): shared where some GPU holds two ranks; the
     width is the first that fits on every device, the ranks of one device counted together."""
-    from hpcmm.engine import gpus_shared, widest_fitting
+    from hpcmm.choices import gpus_shared, widest_fitting
 
     topo = Topology.create(COMM, RunConfig())
     try:

@@ -1,0 +1,273 @@
+"""What an engine carries out, decided before it is built: panel, prefetch, orders, steps, memory.
+
+The planning step of one product.  :func:`summa_choices` (a SUMMA grid) and
+:func:`layered_choices` (2.5D layers) turn the settings and the facts of the
+ranks into an :class:`EngineChoices`; the engines
+(:class:`~hpcmm.engine.Engine`, :class:`~hpcmm.layered.LayeredEngine`) take it
+and decide nothing.  Each field comes from one rule:
+
+=============  ==========================================================  ==================================
+field          rule                                                        where its evidence is
+=============  ==========================================================  ==================================
+``prefetch``   :func:`~hpcmm.algorithms.prefetch_of`                       docs/performance.md, "How to tune"
+``gemm_order`` :func:`~hpcmm.gemm_orders.gemm_order`                       docs/performance.md
+``panel``      :func:`~hpcmm.algorithms.panel_candidates`, first that fits docs/performance.md
+``step_order`` :func:`~hpcmm.algorithms.step_order`                        docs/design.md
+``rank_steps`` :func:`~hpcmm.algorithms.rank_plan`                         docs/design.md
+``needed``     :func:`memory_needed` (+ the 2.5D reduction's scratch)      docs/design.md, "Memory"
+=============  ==========================================================  ==================================
+
+Every function here is collective over the ranks it is given and returns the
+same verdict on every rank (the per-rank figures aside); a problem that does
+not fit, or a panel wider than k, is an :class:`~hpcmm.errors.InputError` on
+every rank before any buffer exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from mpi4py import MPI
+
+from .algorithms import Step, panel_candidates, prefetch_of, rank_plan, ring_depth, step_order
+from .algorithms.layers import LayeredLayout, Layers
+from .balance import ranks_per_device
+from .config import RunConfig
+from .errors import InputError, agree
+from .gemm_orders import gemm_order, label, scratch_slots
+from .grid_orientation import facing
+from .layout import Grid, Layout, padded
+from .topology import choose_grid
+from .transport.reduce import scratch_bytes
+
+__all__ = ["EngineChoices", "check_memory", "device_need", "gpus_shared", "layered_choices", "memory_needed",
+           "summa_choices", "widest_fitting"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineChoices:
+    """Everything an engine runs by, made before it is built (one rank's view; see the module's table)."""
+
+    #: Panel width (columns of k per step), and whether the rule chose it (``--panel`` unset).
+    panel: int
+    panel_auto: bool
+    #: Panels in flight ahead of the GEMM.
+    prefetch: int
+    #: The GEMM's operand orders, A's then B's (``"FC"``: as they travel).
+    gemm_order: str
+    #: ``own-first`` or ``common``.
+    step_order: str
+    #: This rank's steps, and the most steps any rank runs (every rank's step records are that long).
+    rank_steps: tuple[Step, ...]
+    steps: int
+    #: This rank's device bytes, and those of every rank on its device together (what the check compared).
+    needed_bytes: int
+    device_bytes: int
+    #: Panel slots per operand for a channel with other members (:func:`~hpcmm.algorithms.ring_depth`).
+    slots: int
+
+    @property
+    def ring(self) -> int:
+        """The engine's own ring: which GEMM last read each panel slot (a channel may keep more)."""
+        return self.prefetch + 1
+
+    @property
+    def gemm_order_label(self) -> str:
+        """The operand orders as files name them, e.g. ``A:C B:F``."""
+        return label(self.gemm_order)
+
+
+def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: int,
+                  relayout: tuple[int, int] = (0, 0)) -> int:
+    """Bytes one rank's blocks, panel ring and re-layout scratch take on its device.
+
+    ``ring`` is the slots per operand, :func:`~hpcmm.algorithms.ring_depth`,
+    kept only for an operand whose channel has other members (A along the
+    grid's rows, B down its columns): a rank alone in a channel multiplies
+    its own panels where they lie and receives nothing.
+    ``relayout`` the scratch slots of A's and B's panels (the engine's ring
+    where the GEMM takes that operand in the other order, else 0).  Every
+    stored column of A and row of B and C is padded
+    (:func:`~hpcmm.layout.padded`), and so are the re-layout scratch's (to
+    the panel's width padded).
+    """
+    shapes = layout.local_shapes(rank)
+    (m_loc, k_a), (k_b, n_loc) = shapes["A"], shapes["B"]
+    ld_a, ld_bc, ld_panel = (padded(extent, itemsize) for extent in (m_loc, n_loc, panel))
+    blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
+    slots = ring * panel * (ld_a * (layout.grid.cols > 1) + ld_bc * (layout.grid.rows > 1))
+    scratch = ld_panel * (relayout[0] * m_loc + relayout[1] * n_loc)
+    return (blocks + slots + scratch) * itemsize
+
+
+def device_need(needs, device) -> tuple[int, int]:
+    """How many ranks share ``device``, and the bytes they need together.
+
+    ``needs`` holds ``(device, bytes)`` of every rank of a node.  With weighted
+    blocks the ranks of one device need different amounts: the sum must fit.
+
+    Examples
+    --------
+    >>> device_need([(0, 10), (1, 5), (0, 7)], 0)
+    (2, 17)
+    """
+    together = [need for where, need in needs if where == device]
+    return len(together), sum(together)
+
+
+def _on_this_device(topo, backend, needs: list[int]) -> tuple[int, list[int], int]:
+    """Collective over the node: the ranks on this rank's device, each of ``needs`` summed over them
+    (:func:`device_need`), and the bytes the device has free.
+
+    ``needs`` holds this rank's bytes for each of several choices (one or more), the same count on
+    every rank.  On the CPU every rank of the node shares the host's memory.
+    """
+    device = backend.device_id if backend.on_gpu else None
+    gathered = topo.node_comm.allgather((device, needs))
+    totals = [device_need([(where, need[i]) for where, need in gathered], device) for i in range(len(needs))]
+    free, _ = backend.memory_info()
+    return totals[0][0], [total for _, total in totals], free
+
+
+def check_memory(topo, backend, needed: int, problem: str) -> int:
+    """Collective: refuse a problem whose ranks on one device need more than it has free.
+
+    Ranks that share a device share its memory, and with weighted blocks or
+    2.5D layers they need different amounts: the sum of their ``needed``
+    bytes must fit (on the CPU every rank of the node shares the host's
+    memory).  ``problem`` starts the message.  Returns that sum for this
+    rank's device.
+    """
+    ranks, (total,), free = _on_this_device(topo, backend, [needed])
+    where = "device" if backend.on_gpu else "host"
+    err = None
+    if total > free:
+        err = InputError(f"{problem} does not fit: {ranks} rank(s) per {where} need {total / 2**30:.2f} GiB of "
+                         f"{where} memory, {free / 2**30:.2f} GiB available")
+    agree(topo.comm, err)
+    return total
+
+
+def gpus_shared(topo, backend) -> bool:
+    """Collective: whether any GPU of the job holds several ranks (the same answer on every rank).
+
+    The panel rule narrows there (:func:`~hpcmm.algorithms.auto_panel`); every
+    rank must take the same width, so one shared GPU anywhere decides for all.
+    """
+    if not backend.on_gpu:
+        return False
+    busiest = max(ranks_per_device(topo.node_comm.allgather(backend.device_id)))
+    return max(topo.comm.allgather(busiest)) > 1
+
+
+def widest_fitting(topo, backend, widths: list[int], needed) -> int:
+    """Collective: the first of ``widths`` (widest first) at which every device holds what its ranks need.
+
+    ``needed(width)`` is this rank's bytes at that width.  Every rank gets the
+    same width (the narrowest that some device needs); where none fits, the
+    last, and :func:`check_memory` then refuses the problem with its figures.
+    One width needs no collective: every rank has the same list.
+    """
+    if len(widths) == 1:
+        return widths[0]
+    _, totals, free = _on_this_device(topo, backend, [needed(width) for width in widths])
+    first = next((i for i, total in enumerate(totals) if total <= free), len(widths) - 1)
+    return widths[max(topo.comm.allgather(first))]
+
+
+def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineChoices:
+    """Collective over ``topo``: the choices of a SUMMA engine on ``layout``, its memory checked.
+
+    ``config.panel`` ``None``: the widest of :func:`~hpcmm.algorithms.panel_candidates`
+    whose rings fit every device (:func:`widest_fitting`).
+
+    Raises
+    ------
+    InputError
+        On every rank: a panel wider than k, or blocks and panels that do not fit.
+    """
+    itemsize = np.dtype(config.dtype).itemsize
+    prefetch = prefetch_of(config, backend.on_gpu)
+    order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
+    slots = ring_depth(prefetch, spans_nodes=topo.vnode_count > 1)
+    relayout = scratch_slots(order, prefetch + 1)
+
+    def needed(width: int) -> int:
+        return memory_needed(layout, topo.rank, itemsize, width, slots, relayout)
+
+    panel = config.panel
+    if panel is None:  # the default width, or a narrower one where its panel ring would not fit
+        widths = panel_candidates([layout], itemsize, backend.on_gpu, shared=gpus_shared(topo, backend))
+        panel = widest_fitting(topo, backend, widths, needed)
+    if panel > layout.k:  # the same verdict on every rank
+        agree(topo.comm, InputError(f"{config.origin('panel')}={panel}: wider than k={layout.k}"))
+    # Before the steps: a huge k must be refused, not planned step by step.
+    device_bytes = check_memory(topo, backend, needed(panel),
+                                f"problem m={layout.m}, n={layout.n}, k={layout.k} {np.dtype(config.dtype).name}")
+    # own-first where every panel is a one-sided pull (one node); common where broadcasts need one order.
+    order_of_steps = step_order(config.step_order, topo.vnode_count)
+    steps = tuple(rank_plan(layout, topo.rank, panel, prefetch, own_order=order_of_steps == "own-first"))
+    return EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
+                         step_order=order_of_steps, rank_steps=steps,
+                         steps=max(topo.comm.allgather(len(steps))), needed_bytes=needed(panel),
+                         device_bytes=device_bytes, slots=slots)
+
+
+def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int],
+                    layers: Layers) -> tuple[Grid, LayeredLayout, EngineChoices]:
+    """Collective over ``topo`` (all ranks, launch order): the 2.5D layers' grid, layout and choices.
+
+    Each layer's grid faces as a summa run's on the same nodes
+    (:func:`~hpcmm.grid_orientation.facing`), so that one layer is summa block
+    for block; every layer takes the same panel width (the widest the rule
+    gives any layer, no wider than the shallowest layer's k), so that their
+    step records line up.  A rank's bytes add the fiber reduction's scratch.
+
+    Raises
+    ------
+    InputError
+        On every rank: a panel wider than a layer's k, or what does not fit.
+    """
+    m, n, k = shape
+    dtype = np.dtype(config.dtype)
+    shared = gpus_shared(topo, backend)
+    face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, topo.vnode_count, shared,
+                  layers.layer_size, n)
+    grid = choose_grid(layers.layer_size, None, face)
+    layout = LayeredLayout(m, n, k, layers, grid)
+    layer, layer_rank = layers.layer(topo.rank), layers.layer_rank(topo.rank)
+    prefetch = prefetch_of(config, backend.on_gpu)
+    order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
+    # A layer's channels span nodes when the job has several (its ranks are one per node at most q).
+    slots = ring_depth(prefetch, spans_nodes=len(layers.nodes) > 1)
+    relayout = scratch_slots(order, prefetch + 1)
+    fiber = layers.fiber(topo.rank)
+    reduction = scratch_bytes(layout.local_shapes_partial(topo.rank), layers.count, fiber.index(topo.rank),
+                              dtype.itemsize)
+    layer_layouts = [layout.layer_layout(index) for index in range(layers.count)]
+
+    def needed(width: int) -> int:
+        # The partial C is the layer engine's C block (memory_needed counts it), allocated by the reduction.
+        return memory_needed(layer_layouts[layer], layer_rank, dtype.itemsize, width, slots, relayout) + reduction
+
+    panel = config.panel
+    if panel is None:
+        panel = widest_fitting(topo, backend, panel_candidates(layer_layouts, dtype.itemsize, backend.on_gpu,
+                                                               shared=shared), needed)
+    narrowest = min(layer_layout.k for layer_layout in layer_layouts)
+    if panel > narrowest:  # the same verdict on every rank
+        agree(topo.comm, InputError(
+            f"{config.origin('panel')}={panel}: wider than the k of a 2.5d layer (k={k} over "
+            f"{layers.count} layers: {narrowest} for the narrowest)"))
+    device_bytes = check_memory(topo, backend, needed(panel),
+                                f"problem m={m}, n={n}, k={k} {dtype.name} with {layers.count} layers")
+    # The layers' topologies span the job's nodes: one node, one-sided pulls; several, broadcasts.
+    order_of_steps = step_order(config.step_order, topo.vnode_count)
+    steps = tuple(rank_plan(layer_layouts[layer], layer_rank, panel, prefetch,
+                            own_order=order_of_steps == "own-first"))
+    choices = EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
+                            step_order=order_of_steps, rank_steps=steps,
+                            steps=topo.comm.allreduce(len(steps), op=MPI.MAX), needed_bytes=needed(panel),
+                            device_bytes=device_bytes, slots=slots)
+    return grid, layout, choices

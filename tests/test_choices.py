@@ -1,0 +1,107 @@
+"""The engines run by the choices the planner made (hpcmm/choices.py) and decide nothing themselves.
+
+An engine built from hand-made :class:`~hpcmm.choices.EngineChoices` takes their panel, prefetch,
+operand orders, step order and steps as given, and multiplies correctly by them; the planner's
+choices for a run are the ones the run's plan and engine report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from hpcmm.algorithms import rank_plan
+from hpcmm.assemble import engine_for
+from hpcmm.backend import CpuBackend
+from hpcmm.choices import EngineChoices, memory_needed, summa_choices
+from hpcmm.config import RunConfig
+from hpcmm.engine import Engine
+from hpcmm.errors import InputError
+from hpcmm.layout import Grid, Layout
+from hpcmm.topology import Topology
+
+
+def _topo(config: RunConfig) -> Topology:
+    return Topology.create(MPI.COMM_SELF, config)
+
+
+@pytest.mark.parametrize("panel, prefetch, order", [(3, 0, "FC"), (5, 2, "CF"), (7, 1, "CC")])
+def test_an_engine_runs_by_the_choices_it_is_given(panel, prefetch, order):
+    """Another panel, prefetch and operand order than the rules would pick: the engine takes them."""
+    m, n, k = 11, 9, 19
+    config = RunConfig(dtype="float64")
+    layout = Layout(m, n, k, Grid(1, 1))
+    steps = tuple(rank_plan(layout, 0, panel, prefetch, own_order=False))
+    choices = EngineChoices(panel=panel, panel_auto=False, prefetch=prefetch, gemm_order=order,
+                            step_order="common", rank_steps=steps, steps=len(steps),
+                            needed_bytes=memory_needed(layout, 0, 8, panel, prefetch + 1), device_bytes=0,
+                            slots=prefetch + 1)
+    rng = np.random.default_rng(panel)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    topo = _topo(config)
+    try:
+        engine = Engine(topo, CpuBackend(), layout, choices, config, False)
+        try:
+            assert (engine.panel, engine.prefetch, engine.gemm_order, engine.step_order) == (panel, prefetch, order,
+                                                                                              "common")
+            assert engine.plan == list(steps) and engine.steps == len(steps) == -(-k // panel)
+            assert engine.needed_bytes() == choices.needed_bytes
+            engine.load(a, b)
+            times = engine.multiply()
+            assert times.steps.shape[0] == len(steps)
+            np.testing.assert_allclose(np.asarray(engine.C), a @ b, rtol=1e-12, atol=1e-12)
+        finally:
+            engine.close()
+    finally:
+        topo.close()
+
+
+def test_the_planner_chooses_what_the_engine_then_reports():
+    """``engine_for`` = the planner's choices + an engine: the two agree on every field."""
+    config = RunConfig(dtype="float32", prefetch=2)
+    layout = Layout(40, 24, 600, Grid(1, 1))
+    topo = _topo(config)
+    try:
+        choices = summa_choices(topo, CpuBackend(), layout, config)
+        assert choices.prefetch == 2 and choices.panel_auto and choices.panel <= layout.k
+        assert choices.steps == len(choices.rank_steps) and sum(step.width for step in choices.rank_steps) == layout.k
+        engine = engine_for(topo, CpuBackend(), layout, config)
+        try:
+            assert dataclasses.asdict(engine.choices) == dataclasses.asdict(choices)
+        finally:
+            engine.close()
+    finally:
+        topo.close()
+
+
+def test_the_planner_refuses_a_panel_wider_than_k_before_any_buffer(monkeypatch):
+    """``--panel`` wider than k is the planner's refusal; no engine (no buffer) is made."""
+    built = []
+    monkeypatch.setattr(Engine, "__init__", lambda self, *args, **kwargs: built.append(args))
+    config = RunConfig(panel=64)
+    topo = _topo(config)
+    try:
+        with pytest.raises(InputError, match="panel=64: wider than k=10"):
+            summa_choices(topo, CpuBackend(), Layout(8, 8, 10, Grid(1, 1)), config)
+        with pytest.raises(InputError, match="panel=64"):
+            engine_for(topo, CpuBackend(), Layout(8, 8, 10, Grid(1, 1)), config)
+        assert built == []
+    finally:
+        topo.close()
+
+
+def test_the_planner_refuses_what_does_not_fit_before_any_buffer(monkeypatch):
+    """A problem past the host's free memory: refused by the planner, with its figures."""
+    backend = CpuBackend()
+    monkeypatch.setattr(backend, "memory_info", lambda: (1 << 20, 1 << 30))
+    config = RunConfig(panel=16)
+    topo = _topo(config)
+    try:
+        with pytest.raises(InputError, match=r"does not fit: 1 rank\(s\) per host need .* GiB of host memory, "
+                                             r"0\.00 GiB available"):
+            summa_choices(topo, backend, Layout(512, 512, 512, Grid(1, 1)), config)
+    finally:
+        topo.close()

@@ -1,0 +1,19 @@
+"""Every hand-made bug of ``tests/mutation.py`` still applies: its text occurs exactly once in its file.
+
+A bug whose text the code no longer holds would be reported by ``mutation.py`` only when run; this
+keeps the list true to the code on every change, at no cost.
+"""
+
+from __future__ import annotations
+
+import mutation
+import pytest
+from launcher import REPO
+
+
+@pytest.mark.parametrize("name", sorted(mutation.MUTATIONS))
+def test_the_bug_still_applies(name):
+    path, old, new, *_ = mutation.MUTATIONS[name]
+    text = (REPO / path).read_text()
+    assert text.count(old) == 1, f"{name}: {path} holds its text {text.count(old)} times"
+    assert old != new
