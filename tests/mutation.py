@@ -383,6 +383,127 @@ MUTATIONS = {
         "    grid = Grid(*(grid_shape or compute_dims(ranks)))",
         ["tests/test_grid_orientation.py"],
     ),
+    "verification: a zero row of A excuses any error in C": (
+        "hpcmm/verify.py",
+        "ratio = np.where(scaled, diff / np.where(scaled, scale, 1.0), np.where(diff > 0, np.inf, 0.0))",
+        "ratio = np.where(scaled, diff / np.where(scaled, scale, 1.0), 0.0)",
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "verification: zero rows of A weigh the tolerance's ratios": (
+        "hpcmm/verify.py",
+        "live, scaled = sigma > 0, scale > 0",
+        "live, scaled = sigma >= 0, scale > 0",
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "full check: zero rows of A in its detectable error": (
+        "hpcmm/verify.py",
+        "worst = np.where(row_scale[:, None] > 0, scale / np.where(row_scale > 0, row_scale, 1)[:, None], 0)",
+        "worst = scale / row_scale[:, None]",
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "status file: an unexpected error recorded as exit 0": (
+        "hpcmm/status.py",
+        "    code = 1\n    try:\n        code = body(argv)",
+        "    code = 0\n    try:\n        code = body(argv)",
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "collective errors: the highest failing rank's error wins": (
+        "hpcmm/errors.py",
+        "kind, message, code, origin, named = failed[0]",
+        "kind, message, code, origin, named = failed[-1]",
+        ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
+    ),
+    "collective errors: the rank named is the communicator's": (
+        "hpcmm/errors.py",
+        "mine = (*_describe(exc), _job_rank(comm) if origin is None else origin, origin is not None)",
+        "mine = (*_describe(exc), (comm.Get_rank() if comm is not None else 0) if origin is None else origin, "
+        "origin is not None)",
+        ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
+    ),
+    "summary: GEMM time the mean over the products": (
+        "hpcmm/summary.py",
+        "busy_med = np.median(busy, axis=1)",
+        "busy_med = np.mean(busy, axis=1)",
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "summary: exposed communication the mean over the products": (
+        "hpcmm/summary.py",
+        "exposed = float(np.median(step_seconds[..., 2].sum(axis=2).max(axis=0)))",
+        "exposed = float(np.mean(step_seconds[..., 2].sum(axis=2).max(axis=0)))",
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "2.5d reduction: C pieces counted, not C - 1": (
+        "hpcmm/transport/reduce.py",
+        "return (self.count - 1) * (self.rows[1] - self.rows[0]) * self.row_bytes",
+        "return self.count * (self.rows[1] - self.rows[0]) * self.row_bytes",
+        ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
+    ),
+    "2.5d reduction: every peer counted with all the pieces": (
+        "hpcmm/layered.py",
+        "piece = self.reduction.nbytes_from_peers() // max(self.layers.count - 1, 1)",
+        "piece = self.reduction.nbytes_from_peers()",
+        ["tests/test_mpi_suite.py::test_mpi_suite[3]"],
+    ),
+    "2.5d reduction: bytes recorded from the rank to its peer": (
+        "hpcmm/layered.py",
+        "out[(peer, self.topo.rank, self.reduction.peers.path)] += piece",
+        "out[(self.topo.rank, peer, self.reduction.peers.path)] += piece",
+        ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
+    ),
+    "2.5d reduction: bytes counted without the padding": (
+        "hpcmm/transport/reduce.py",
+        "return (self.count - 1) * (self.rows[1] - self.rows[0]) * self.row_bytes",
+        "return (self.count - 1) * (self.rows[1] - self.rows[0]) * self.shape[1] * self.dtype.itemsize",
+        ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
+    ),
+    "figures files replace a file that appeared at --out": (
+        "hpcmm/h5io.py",
+        "        return publish(tmp, out, overwrite)\n",
+        "        return publish(tmp, out, True)\n",
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "report --plot draws the first product by default": (
+        "hpcmm/report.py",
+        "it = int(iterations[-1] if iteration is None else iteration)",
+        "it = int(iterations[0] if iteration is None else iteration)",
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "report --plot draws every product over each other": (
+        "hpcmm/report.py",
+        "ev = events[events[:, 1] == it]",
+        "ev = events",
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "--grid taken with --algo auto": (
+        "hpcmm/config.py",
+        'if algo.name != "summa" and self.grid is not None:',
+        'if algo.name == "2.5d" and self.grid is not None:',
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "--grid taken with 2.5d without C": (
+        "hpcmm/config.py",
+        'if algo.name != "summa" and self.grid is not None:',
+        'if algo.layers is not None and self.grid is not None:',
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "auto weighs layers over nodes of different sizes": (
+        "hpcmm/algo_choice.py",
+        "counts = valid_layer_counts(sizes[0], k) if len(sizes) == 1 else ()",
+        "counts = valid_layer_counts(sizes[0], k)",
+        ["tests/test_unlisted_areas.py"],
+    ),
+    "a relayed panel not marked as moved by the host": (
+        "hpcmm/transport/channel.py",
+        "return Transfer(dst, ready, self.world_ranks[root], self.bcast.path, nbytes, started, host_bound=True)",
+        "return Transfer(dst, ready, self.world_ranks[root], self.bcast.path, nbytes, started, host_bound=False)",
+        ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
+    ),
+    "a relayed panel's start before the wait for its slot": (
+        "hpcmm/transport/channel.py",
+        "return Transfer(dst, ready, self.world_ranks[root], self.bcast.path, nbytes, started, host_bound=True)",
+        "return Transfer(dst, ready, self.world_ranks[root], self.bcast.path, nbytes, None, host_bound=True)",
+        ["tests/test_mpi_suite.py::test_mpi_suite[2]"],
+    ),
 }
 
 

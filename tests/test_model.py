@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hpcmm import model
-from hpcmm.algorithms import auto_panel, own_start, summa_plan
+from hpcmm.algorithms import auto_panel, rank_plan
 from hpcmm.errors import InputError
 from hpcmm.layout import Grid, Layout
 from hpcmm.model import GemmCurve, Problem, builtin, predict
@@ -60,11 +60,9 @@ def test_steps_are_summa_plan(ranks, rpn, prefetch, shape):
     layout = arrangement_for(balance, idle, shape, None, on_gpu=True, face=face).layout(*shape)
     rows, cols = layout.grid.rows, layout.grid.cols
     panel = auto_panel(layout, 8, on_gpu=True, shared=ranks > 2)  # h200x2: more than 2 ranks share its GPUs
-    if rpn is None or rpn >= ranks:  # one node: each rank's own order, as the engine takes it
-        starts = [own_start(layout, r) for r in range(ranks)]
-        plans = [summa_plan(layout, panel, ramp=prefetch > 0 and not own, first_k=first) for first, own in starts]
-    else:
-        plans = [summa_plan(layout, panel, ramp=prefetch > 0 and ranks > 1)]
+    # The engine's own plans (rank_plan: each rank's order on one node, the common one across nodes).
+    one_node = rpn is None or rpn >= ranks
+    plans = [rank_plan(layout, r, panel, prefetch, own_order=one_node) for r in range(ranks)]
     assert (p.panel, p.steps, p.grid) == (panel, max(map(len, plans)), f"{rows}x{cols}")
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcmm.algorithms import Step, auto_panel, own_start, panel_candidates, summa_plan
+from hpcmm.algorithms import Step, auto_panel, own_start, panel_candidates, rank_plan, summa_plan
 from hpcmm.layout import Grid, Layout, block_range
 
 GRIDS = [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (1, 3), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1)]
@@ -483,9 +483,10 @@ def test_gpus_shared_is_one_answer_for_every_rank():
 
 
 def check_own_plan(layout: Layout, rank: int, panel: int, ramp: bool) -> list[Step]:
-    """A plan from ``own_start``: the same pieces of k once each, from the rank's start around to it."""
+    """The engine's plan in the rank's own order (``rank_plan``; ``ramp``: with a panel in flight, so that
+    its ramp rule applies): the same pieces of k once each, from the rank's start around to it."""
     first_k, first_own = own_start(layout, rank)
-    steps = summa_plan(layout, panel, ramp=ramp and not first_own, first_k=first_k)
+    steps = rank_plan(layout, rank, panel, prefetch=1 if ramp else 0, own_order=True)
     k = layout.k
     assert steps[0].k0 == first_k
     assert [s.index for s in steps] == list(range(len(steps)))
@@ -533,9 +534,8 @@ def test_two_ranks_start_with_their_own_block():
     layout = Layout(64, 64, 16384, Grid(2, 1))
     plans = []
     for rank in range(2):
-        first_k, first_own = own_start(layout, rank)
-        assert first_own
-        plans.append([(s.k0, s.k1, s.b_root) for s in summa_plan(layout, 8192, ramp=not first_own, first_k=first_k)])
+        assert own_start(layout, rank)[1]
+        plans.append([(s.k0, s.k1, s.b_root) for s in rank_plan(layout, rank, 8192, prefetch=1, own_order=True)])
     assert plans == [[(0, 8192, 0), (8192, 16384, 1)], [(8192, 16384, 1), (0, 8192, 0)]]
 
 
