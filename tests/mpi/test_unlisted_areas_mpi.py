@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 from test_run_mpi import COMM, DEVICE, P, RANK, everywhere, on_rank0, run_and_compare
 
+from hpcmm.assemble import engine_for
 from hpcmm.backend import make_backend
 from hpcmm.config import RunConfig
-from hpcmm.engine import Engine
 from hpcmm.errors import HpcmmError, InputError, VerificationError, agree, raised_everywhere
 from hpcmm.inputs import generate_block
 from hpcmm.layout import Grid, Layout, block_range, padded
@@ -212,7 +212,7 @@ def test_the_wait_for_a_relayed_panel_is_waiting_for_data():
         if backend.on_gpu:
             pytest.skip("the host clock pins the wait on the CPU; a GPU relay has a ready event of its own")
         layout = Layout(m, n, k, Grid(P, 1))
-        engine = Engine(topo, backend, layout, RunConfig(device=DEVICE, panel=panel, prefetch=0, ranks_per_node=1),
+        engine = engine_for(topo, backend, layout, RunConfig(device=DEVICE, panel=panel, prefetch=0, ranks_per_node=1),
                         False)
         (r0, r1), (c0, c1) = layout.a_block(RANK)
         a = generate_block(3, "A", (m, k), (r0, r1), (c0, c1), np.float64)
