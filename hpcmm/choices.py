@@ -41,8 +41,8 @@ from .layout import Grid, Layout, padded
 from .topology import choose_grid
 from .transport.reduce import scratch_bytes
 
-__all__ = ["EngineChoices", "check_memory", "device_need", "gpus_shared", "layered_choices", "memory_needed",
-           "summa_choices", "widest_fitting"]
+__all__ = ["EngineChoices", "check_memory", "device_need", "gpus_shared", "largest_fitting", "layered_choices",
+           "memory_needed", "scaled", "summa_choices", "widest_fitting"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _on_this_device(topo, backend, needs: list[int]) -> tuple[int, list[int], in
     return totals[0][0], [total for _, total in totals], free
 
 
-def check_memory(topo, backend, needed: int, problem: str) -> int:
+def check_memory(topo, backend, needed: int, problem: str, need_at=None, shape=None) -> int:
     """Collective: refuse a problem whose ranks on one device need more than it has free.
 
     Ranks that share a device share its memory, and with weighted blocks or
@@ -138,15 +138,61 @@ def check_memory(topo, backend, needed: int, problem: str) -> int:
     bytes must fit (on the CPU every rank of the node shares the host's
     memory).  ``problem`` starts the message.  Returns that sum for this
     rank's device.
+
+    ``need_at(rank, m, n, k)``, with ``shape`` the problem's ``(m, n, k)``:
+    a rank's bytes at another size of the same layout; the refusal then
+    names the largest problem of that shape (``m:n:k`` kept) that fits
+    every device (:func:`largest_fitting`).
     """
-    ranks, (total,), free = _on_this_device(topo, backend, [needed])
+    device = backend.device_id if backend.on_gpu else None
+    gathered = topo.node_comm.allgather((device, needed, topo.rank))
+    ranks, total = device_need([(where, need) for where, need, _ in gathered], device)
+    free, _ = backend.memory_info()
     where = "device" if backend.on_gpu else "host"
+    largest = None
+    if need_at is not None:
+        mates = [rank for place, _, rank in gathered if place == device]
+        scale = largest_fitting(lambda m, n, k: sum(need_at(rank, m, n, k) for rank in mates), shape, free)
+        scale = topo.comm.allreduce(scale, op=MPI.MIN)  # the same figure on every rank
+        largest = scaled(shape, scale)
     err = None
     if total > free:
+        fits = "" if largest is None else (
+            "; nothing of this shape fits" if min(largest) < 1 else
+            f"; the largest of this shape that fits: m={largest[0]}, n={largest[1]}, k={largest[2]}")
         err = InputError(f"{problem} does not fit: {ranks} rank(s) per {where} need {total / 2**30:.2f} GiB of "
-                         f"{where} memory, {free / 2**30:.2f} GiB available")
+                         f"{where} memory, {free / 2**30:.2f} GiB available{fits}")
     agree(topo.comm, err)
     return total
+
+
+def scaled(shape: tuple[int, int, int], scale: float) -> tuple[int, int, int]:
+    """``shape`` times ``scale``, each extent rounded down.
+
+    >>> scaled((1000, 500, 10), 0.5)
+    (500, 250, 5)
+    """
+    return tuple(int(extent * scale) for extent in shape)
+
+
+def largest_fitting(total_at, shape: tuple[int, int, int], free: int) -> float:
+    """The largest ``scale`` ≤ 1 at which ``total_at(*scaled(shape, scale))`` fits in ``free`` bytes.
+
+    A bisection over ``scale`` (the bytes grow with every extent), to a
+    thousandth of an element of the longest extent; 1.0 where the problem
+    itself fits, 0.0 where not even one element does.
+    """
+    if total_at(*shape) <= free:
+        return 1.0
+    low, high = 0.0, 1.0
+    while (high - low) * max(shape) > 1e-3:
+        middle = (low + high) / 2
+        candidate = scaled(shape, middle)
+        if min(candidate) >= 1 and total_at(*candidate) <= free:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def gpus_shared(topo, backend) -> bool:
@@ -203,8 +249,13 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
     if panel > layout.k:  # the same verdict on every rank
         agree(topo.comm, InputError(f"{config.origin('panel')}={panel}: wider than k={layout.k}"))
     # Before the steps: a huge k must be refused, not planned step by step.
+    def need_at(rank: int, m: int, n: int, k: int) -> int:  # at another size, with the same grid and weights
+        other = dataclasses.replace(layout, m=m, n=n, k=k)
+        return memory_needed(other, rank, itemsize, min(panel, k), slots, relayout)
+
     device_bytes = check_memory(topo, backend, needed(panel),
-                                f"problem m={layout.m}, n={layout.n}, k={layout.k} {np.dtype(config.dtype).name}")
+                                f"problem m={layout.m}, n={layout.n}, k={layout.k} {np.dtype(config.dtype).name}",
+                                need_at, (layout.m, layout.n, layout.k))
     # own-first where every panel is a one-sided pull (one node); common where broadcasts need one order.
     order_of_steps = step_order(config.step_order, topo.vnode_count)
     steps = tuple(rank_plan(layout, topo.rank, panel, prefetch, own_order=order_of_steps == "own-first"))
@@ -260,8 +311,18 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
         agree(topo.comm, InputError(
             f"{config.origin('panel')}={panel}: wider than the k of a 2.5d layer (k={k} over "
             f"{layers.count} layers: {narrowest} for the narrowest)"))
+    def need_at(rank: int, m: int, n: int, k: int) -> int:  # at another size, with the same layers
+        if k < layers.count:  # a layer would have no k of its own: never a problem that runs
+            return 1 << 62
+        other = LayeredLayout(m, n, k, layers, grid)
+        partial = scratch_bytes(other.local_shapes_partial(rank), layers.count, layers.fiber(rank).index(rank),
+                                dtype.itemsize)
+        return memory_needed(other.layer_layout(layers.layer(rank)), layers.layer_rank(rank), dtype.itemsize,
+                             min(panel, max(k // layers.count, 1)), slots, relayout) + partial
+
     device_bytes = check_memory(topo, backend, needed(panel),
-                                f"problem m={m}, n={n}, k={k} {dtype.name} with {layers.count} layers")
+                                f"problem m={m}, n={n}, k={k} {dtype.name} with {layers.count} layers",
+                                need_at, shape)
     # The layers' topologies span the job's nodes: one node, one-sided pulls; several, broadcasts.
     order_of_steps = step_order(config.step_order, topo.vnode_count)
     steps = tuple(rank_plan(layer_layouts[layer], layer_rank, panel, prefetch,

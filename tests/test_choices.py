@@ -8,6 +8,7 @@ choices for a run are the ones the run's plan and engine report.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -103,5 +104,41 @@ def test_the_planner_refuses_what_does_not_fit_before_any_buffer(monkeypatch):
         with pytest.raises(InputError, match=r"does not fit: 1 rank\(s\) per host need .* GiB of host memory, "
                                              r"0\.00 GiB available"):
             summa_choices(topo, backend, Layout(512, 512, 512, Grid(1, 1)), config)
+    finally:
+        topo.close()
+
+
+@pytest.mark.parametrize("shape, free_mib", [((512, 512, 512), 1), ((3000, 200, 70000), 40), ((97, 83, 71), 0)])
+def test_a_refusal_names_the_largest_problem_of_its_shape_that_fits(monkeypatch, shape, free_mib):
+    """The largest problem the refusal names fits by the same count; one 1 % larger does not."""
+    backend = CpuBackend()
+    free = free_mib << 20
+    monkeypatch.setattr(backend, "memory_info", lambda: (free, 1 << 34))
+    config = RunConfig(panel=16)
+    layout = Layout(*shape, Grid(1, 1))
+    topo = _topo(config)
+    try:
+        with pytest.raises(InputError) as refused:
+            summa_choices(topo, backend, layout, config)
+    finally:
+        topo.close()
+    message = str(refused.value)
+    assert "\n" not in message
+    if free_mib == 0:
+        assert message.endswith("; nothing of this shape fits"), message
+        return
+    found = re.search(r"the largest of this shape that fits: m=(\d+), n=(\d+), k=(\d+)$", message)
+    assert found, message
+    m, n, k = (int(v) for v in found.groups())
+    scale = max(m / shape[0], n / shape[1], k / shape[2])  # the shape kept: each extent within one element
+    assert all(abs(v - extent * scale) <= 1 for v, extent in zip((m, n, k), shape)), (m, n, k)
+
+    def need(m, n, k):
+        return memory_needed(Layout(m, n, k, Grid(1, 1)), 0, 8, min(16, k), 1)
+
+    assert need(m, n, k) <= free < need(*(int(v * 1.01) + 1 for v in (m, n, k)))
+    topo = _topo(config)
+    try:  # and the planner accepts it
+        assert summa_choices(topo, backend, Layout(m, n, k, Grid(1, 1)), config).device_bytes <= free
     finally:
         topo.close()
