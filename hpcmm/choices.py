@@ -42,7 +42,7 @@ from .topology import choose_grid
 from .transport.reduce import scratch_bytes
 
 __all__ = ["EngineChoices", "check_memory", "device_need", "gpus_shared", "largest_fitting", "layered_choices",
-           "memory_needed", "scaled", "summa_choices", "widest_fitting"]
+           "memory_needed", "memory_parts", "scaled", "summa_choices", "widest_fitting"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +66,10 @@ class EngineChoices:
     device_bytes: int
     #: Panel slots per operand for a channel with other members (:func:`~hpcmm.algorithms.ring_depth`).
     slots: int
+    #: Of ``needed_bytes``, the operands' blocks (the rest: rings and scratch); the device's free bytes
+    #: when the check ran.
+    operand_bytes: int = 0
+    free_bytes: int = 0
 
     @property
     def ring(self) -> int:
@@ -92,13 +96,19 @@ def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: in
     (:func:`~hpcmm.layout.padded`), and so are the re-layout scratch's (to
     the panel's width padded).
     """
+    return sum(memory_parts(layout, rank, itemsize, panel, ring, relayout))
+
+
+def memory_parts(layout: Layout, rank: int, itemsize: int, panel: int, ring: int,
+                 relayout: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+    """:func:`memory_needed` in two: the operands' blocks (A, B, C, padded), and the buffers (ring, scratch)."""
     shapes = layout.local_shapes(rank)
     (m_loc, k_a), (k_b, n_loc) = shapes["A"], shapes["B"]
     ld_a, ld_bc, ld_panel = (padded(extent, itemsize) for extent in (m_loc, n_loc, panel))
     blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
     slots = ring * panel * (ld_a * (layout.grid.cols > 1) + ld_bc * (layout.grid.rows > 1))
     scratch = ld_panel * (relayout[0] * m_loc + relayout[1] * n_loc)
-    return (blocks + slots + scratch) * itemsize
+    return blocks * itemsize, (slots + scratch) * itemsize
 
 
 def device_need(needs, device) -> tuple[int, int]:
@@ -262,7 +272,9 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
     return EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
                          step_order=order_of_steps, rank_steps=steps,
                          steps=max(topo.comm.allgather(len(steps))), needed_bytes=needed(panel),
-                         device_bytes=device_bytes, slots=slots)
+                         device_bytes=device_bytes, slots=slots,
+                         operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, slots, relayout)[0],
+                         free_bytes=int(backend.memory_info()[0]))
 
 
 def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int],
@@ -330,5 +342,8 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
     choices = EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
                             step_order=order_of_steps, rank_steps=steps,
                             steps=topo.comm.allreduce(len(steps), op=MPI.MAX), needed_bytes=needed(panel),
-                            device_bytes=device_bytes, slots=slots)
+                            device_bytes=device_bytes, slots=slots,
+                            operand_bytes=memory_parts(layer_layouts[layer], layer_rank, dtype.itemsize, panel,
+                                                       slots, relayout)[0],
+                            free_bytes=int(backend.memory_info()[0]))
     return grid, layout, choices

@@ -20,6 +20,7 @@ def gather_info(config: RunConfig, comm: MPI.Comm) -> dict | None:
     with placement(comm, config) as (topo, backend):
         row = topology_row(topo, backend)
         row["node_ranks"] = topo.local_size
+        row["free_bytes"], row["total_bytes"] = (int(v) for v in backend.memory_info())
         with collective(topo.comm):
             row["mps"] = detect(backend.device_id if backend.on_gpu else None)
         rows = topo.comm.gather(row, root=0)
@@ -43,6 +44,50 @@ def gather_info(config: RunConfig, comm: MPI.Comm) -> dict | None:
             "oversubscribed": shared,
             "mps": mps_by_gpu(rows),
         }
+
+
+#: The types whose largest square problem ``info`` names.
+LARGEST_KINDS = ("float64", "float32")
+
+
+def memory_by_device(rows: list[dict], grid: str, nodes: int) -> list[tuple[str, list[dict], dict[str, int]]]:
+    """Each device (GPU, or a host's memory), its ranks, and the largest square problem per type it allows.
+
+    The largest ``N`` of an ``N × N × N`` product whose blocks, rings and scratch fit every device's
+    free bytes by the memory check's count (:func:`~hpcmm.choices.memory_needed`): the default grid
+    with near-equal blocks, the default prefetch and the narrowest panel the planner falls back to.
+    """
+    from .algorithms import panel_candidates, prefetch_of, ring_depth  # noqa: PLC0415 - info only
+    from .choices import largest_fitting, memory_needed  # noqa: PLC0415
+    from .gemm_orders import gemm_order, scratch_slots  # noqa: PLC0415
+    from .layout import Grid, Layout  # noqa: PLC0415
+
+    shape = Grid(*(int(x) for x in grid.split("x")))
+    devices: dict = {}
+    for r in rows:
+        gpu = r["gpu_index"] >= 0
+        key = (r["host"], r["gpu_uuid"] or r["gpu_index"]) if gpu else (r["host"], "host")
+        label = f"GPU {r['gpu_index']} of {r['host']}" if gpu else f"host {r['host']}"
+        devices.setdefault(key, (label, []))[1].append(r)
+    on_gpu = any(r["gpu_index"] >= 0 for r in rows)
+    shared = on_gpu and any(len(members) > 1 for _, members in devices.values())
+    largest: dict[str, int] = {}
+    for kind in LARGEST_KINDS:
+        itemsize = 8 if kind == "float64" else 4
+        prefetch = prefetch_of(RunConfig(dtype=kind), on_gpu)
+        slots = ring_depth(prefetch, spans_nodes=nodes > 1)
+        relayout = scratch_slots(gemm_order(kind, False, on_gpu), prefetch + 1)
+
+        def total_at(m, n, k, members):
+            layout = Layout(m, n, k, shape)
+            panel = min(panel_candidates([layout], itemsize, on_gpu, shared=shared)[-1], k)
+            return sum(memory_needed(layout, r["rank"], itemsize, panel, slots, relayout) for r in members)
+
+        top = 1 << 22
+        scale = min(largest_fitting(lambda m, n, k, members=members: total_at(m, n, k, members), (top, top, top),
+                                    min(r["free_bytes"] for r in members)) for _, members in devices.values())
+        largest[kind] = int(top * scale)
+    return [(label, members, largest) for label, members in devices.values()]
 
 
 def mps_by_gpu(rows: list[dict]) -> list[tuple[str, int, list]]:
@@ -103,6 +148,13 @@ def info_main(config: RunConfig, comm: MPI.Comm) -> int:
               f"{v['nvmath_python'] or 'not installed (cublasGemmEx only; pip install nvmath-python)'}")
     print(f"h5py / HDF5        {v['h5py']} / {v['hdf5']} (parallel HDF5: {'yes' if facts['parallel_hdf5'] else 'no'})")
     print(f"numpy / Python     {v['numpy']} / {v['python']}")
+    memory = memory_by_device(facts["rows"], facts["grid"], facts["nodes"])
+    for label, members, _ in memory:
+        free, total = min(r["free_bytes"] for r in members), min(r["total_bytes"] for r in members)
+        print(f"{'memory':<19}{label}: {free / 2**30:.1f} of {total / 2**30:.1f} GiB free, {len(members)} rank(s)")
+    if memory:
+        sizes = ", ".join(f"{kind} {n}" for kind, n in memory[0][2].items())
+        print(f"{'largest square':<19}{sizes} (N of N×N×N that fits every device by hpcmm's count)")
     for label, ranks, states in facts["mps"]:
         print(f"{'MPS':<19}{label}: {_mps_line(ranks, states)}")
     if not facts["mps"]:

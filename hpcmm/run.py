@@ -36,7 +36,7 @@ from .layout import Layout, predicted_imbalance
 from .metadata import topology_row, versions
 from .operands import apply_op
 from .plan import Plan, agree_on, settings_fields
-from .summary import gathered_figures, summary_figures
+from .summary import busiest_device, gathered_figures, summary_figures
 from .threads import attributes as blas_attributes
 from .transport import PATHS, CudaAwareness
 from .verify import Check, Product, freivalds, full_check
@@ -363,6 +363,7 @@ def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, ti
         timeline=timeline,
         transfers=[(src, dst, path, nbytes) for (src, dst, path), nbytes in engine.bytes_by_pair.items()],
         memory={"rank": rank, "peak_bytes": int(backend.peak_memory()), "needed_bytes": int(engine.needed_bytes()),
+                "operand_bytes": int(engine.choices.operand_bytes), "free_bytes": int(engine.choices.free_bytes),
                 "device": "gpu" if backend.on_gpu else "cpu"},
         reduce_seconds=np.array([t.reduce for t in products]) if layered else None,
         plan=[dict(rank=rank, **_step_row(s)) for s in engine.plan],
@@ -441,6 +442,7 @@ def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: 
                            gemm_library_used=libraries_used([row for r in reports for row in r.gemms],
                                                             engine.backend.on_gpu),
                            peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports),
+                           **busiest_device([r.topology for r in reports], [r.memory for r in reports]),
                            predicted_imbalance=_predicted_imbalance(engine), plan_seconds=setup.plan_seconds,
                            **setup.arrangement.summary(),
                            **setup.choice.summary())

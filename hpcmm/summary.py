@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["Gathered", "format_rate", "gathered_figures", "print_summary", "product_flops", "summary_figures",
+__all__ = ["Gathered", "busiest_device", "format_rate", "gathered_figures", "print_summary", "product_flops", "summary_figures",
            "summary_rows"]
 
 #: An element error (fraction of its row's norm-wise scale) beyond which the summary warns.
@@ -149,6 +149,43 @@ def summary_figures(*, m, n, k, dtype, ranks, gpus, product_seconds, step_second
     }
 
 
+def busiest_device(topology: list[dict], memory: list[dict]) -> dict:
+    """The memory of the device (or host) whose ranks need the largest share of its free bytes.
+
+    ``topology`` and ``memory`` are the ranks' rows of ``/topology`` and ``/memory``, in rank order;
+    ranks of one GPU (or, on CPUs, of one host) add up.  Returns the ``/summary`` fields
+    ``memory_ranks``, ``memory_operand_bytes``, ``memory_buffer_bytes``, ``memory_free_bytes`` (when
+    the plan was made) and ``memory_peak_bytes`` of that device, or nothing for files without them.
+
+    >>> rows = [{"host": "a", "gpu_index": 0, "gpu_uuid": ""}] * 2
+    >>> mem = [{"needed_bytes": 6, "operand_bytes": 4, "free_bytes": 20, "peak_bytes": 7}] * 2
+    >>> busiest_device(rows, mem)["memory_buffer_bytes"]
+    4
+    """
+    if not memory or "operand_bytes" not in memory[0]:
+        return {}
+    devices: dict = {}
+    for place, mem in zip(topology, memory):
+        gpu = place.get("gpu_index", -1)
+        key = (place.get("host", ""), (place.get("gpu_uuid") or gpu) if gpu >= 0 else "host")
+        devices.setdefault(key, []).append(mem)
+    def share(rows):
+        return sum(r["needed_bytes"] for r in rows) / max(min(r["free_bytes"] for r in rows), 1)
+    rows = max(devices.values(), key=share)
+    return {"memory_ranks": len(rows),
+            "memory_operand_bytes": sum(r["operand_bytes"] for r in rows),
+            "memory_buffer_bytes": sum(r["needed_bytes"] - r["operand_bytes"] for r in rows),
+            "memory_free_bytes": min(r["free_bytes"] for r in rows),
+            "memory_peak_bytes": sum(r["peak_bytes"] for r in rows)}
+
+
+def _memory(s: dict) -> str:
+    """``operands 54.0 + buffers 0.5 of 139.1 GiB free; peak 55.2``: the busiest device, in GiB."""
+    gib = 2.0**30
+    return (f"operands {s['memory_operand_bytes'] / gib:.1f} + buffers {s['memory_buffer_bytes'] / gib:.1f} of "
+            f"{s['memory_free_bytes'] / gib:.1f} GiB free; peak {s['memory_peak_bytes'] / gib:.1f}")
+
+
 def _verification(s: dict) -> str:
     verdict = "PASSED" if s.get("verified") else ("skipped" if s.get("verify") == "none" else "FAILED")
     text = f"{s['verify']}: {verdict}, residual {s['residual']:.2e} (tolerance {s['tolerance']:.2e})"
@@ -204,6 +241,8 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
         rows.append(("GEMM operand order", s["gemm_order"]))
     if s.get("gemm_library_used", "numpy") != "numpy":  # what ran the GEMMs: only GPUs have a choice
         rows.append(("GEMM library", s["gemm_library_used"]))
+    if "memory_operand_bytes" in s:
+        rows.append((f"memory ({s['memory_ranks']} rank(s)/device)", _memory(s)))
     rows += [
         ("paths", ", ".join(s["paths"]) or "(none: one rank)"),
         ("verification", _verification(s)),

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcmm.algorithms import rank_plan
+from hpcmm.algorithms import panel_candidates, rank_plan
 from hpcmm.assemble import engine_for
 from hpcmm.backend import CpuBackend
 from hpcmm.choices import EngineChoices, memory_needed, summa_choices
@@ -142,3 +142,23 @@ def test_a_refusal_names_the_largest_problem_of_its_shape_that_fits(monkeypatch,
         assert summa_choices(topo, backend, Layout(m, n, k, Grid(1, 1)), config).device_bytes <= free
     finally:
         topo.close()
+
+
+def test_info_names_the_largest_square_problem_the_memory_check_accepts():
+    """``info``'s largest N fits one device by the memory check's count, and N + 1 % does not."""
+    from hpcmm.info import memory_by_device
+
+    free = 3 << 30
+    rows = [{"rank": rank, "host": "h", "gpu_index": -1, "gpu_uuid": "", "free_bytes": free, "total_bytes": 4 << 30}
+            for rank in range(2)]
+    (label, members, largest), = memory_by_device(rows, "2x1", nodes=1)
+    assert label == "host h" and len(members) == 2
+    for kind, itemsize in (("float64", 8), ("float32", 4)):
+        n = largest[kind]
+
+        def need(size):  # the narrowest panel the planner falls back to; CPU: prefetch 1, two slots
+            layout = Layout(size, size, size, Grid(2, 1))
+            panel = panel_candidates([layout], itemsize, on_gpu=False)[-1]
+            return sum(memory_needed(layout, rank, itemsize, panel, 2) for rank in range(2))
+
+        assert need(n) <= free < need(int(n * 1.01)), kind

@@ -37,7 +37,8 @@ def test_every_figure_of_the_summary_with_a_unit_says_it(results_file):
     assert set(summary) <= set(attrs)
     # a fraction is stored as the fraction, the summary prints it as a percentage
     assert 0 <= attrs["exposed_comm_fraction"] <= 1
-    assert units(results_file, "memory") == {"needed_bytes": "bytes", "peak_bytes": "bytes"}
+    assert units(results_file, "memory") == {"needed_bytes": "bytes", "peak_bytes": "bytes", "operand_bytes": "bytes",
+                                             "free_bytes": "bytes"}
 
 
 def test_tables_reads_every_table(results_file):
@@ -53,3 +54,45 @@ def test_tables_reads_every_table(results_file):
     else:
         assert memory["peak_bytes"].iloc[0] > 0 and memory.attrs["units"]["peak_bytes"] == "bytes"
         assert list(found["timeline/events"].columns)[-2:] == ["start", "end"]
+
+
+def test_one_rank_records_its_operands_and_no_buffers(results_file):
+    """At one rank no panel travels: every byte the rank needs is its operands' blocks (no ring, no scratch)."""
+    import h5py
+
+    with h5py.File(results_file, "r") as f:
+        memory = f["memory"][()]
+        summary = dict(f["summary"].attrs)
+    row = memory[0]
+    padded_blocks = (48 * 36 + 36 * 40 + 48 * 40) * 8  # the elements; padding may add to them
+    assert row["operand_bytes"] == row["needed_bytes"] >= padded_blocks
+    assert 0 < row["free_bytes"]
+    assert summary["memory_ranks"] == 1 and summary["memory_buffer_bytes"] == 0
+    assert summary["memory_operand_bytes"] == row["operand_bytes"]
+    assert summary["memory_free_bytes"] == row["free_bytes"]
+
+
+def test_the_busiest_device_is_the_one_nearest_full():
+    """Ranks of one device add up; the device reported is the one with the largest share of its free bytes."""
+    from hpcmm.summary import busiest_device, summary_rows
+
+    topology = [{"host": "a", "gpu_index": 0, "gpu_uuid": "u0"}, {"host": "a", "gpu_index": 0, "gpu_uuid": "u0"},
+                {"host": "a", "gpu_index": 1, "gpu_uuid": "u1"}, {"host": "b", "gpu_index": 0, "gpu_uuid": "u2"}]
+    memory = [{"needed_bytes": 30, "operand_bytes": 20, "free_bytes": 100, "peak_bytes": 31},
+              {"needed_bytes": 25, "operand_bytes": 20, "free_bytes": 99, "peak_bytes": 26},
+              {"needed_bytes": 50, "operand_bytes": 50, "free_bytes": 60, "peak_bytes": 55},
+              {"needed_bytes": 10, "operand_bytes": 10, "free_bytes": 100, "peak_bytes": 11}]
+    busiest = busiest_device(topology, memory)
+    assert busiest == {"memory_ranks": 1, "memory_operand_bytes": 50, "memory_buffer_bytes": 0,
+                       "memory_free_bytes": 60, "memory_peak_bytes": 55}
+    memory[0]["needed_bytes"] = 60  # GPU 0 of a now needs 85 of 99 (GPU 1: 50 of 60): the busiest
+    assert busiest_device(topology, memory) == {"memory_ranks": 2, "memory_operand_bytes": 40,
+                                                "memory_buffer_bytes": 45, "memory_free_bytes": 99,
+                                                "memory_peak_bytes": 57}
+    assert busiest_device(topology, [{"needed_bytes": 1, "peak_bytes": 1}] * 4) == {}  # an older file
+    summary = {"ranks": 4, "seconds": 1.0, "seconds_min": 1.0, "seconds_max": 1.0, "tflops": 1.0,
+               "tflops_per_rank": 0.25, "load_imbalance": 0.0, "exposed_comm_fraction": 0.0,
+               "exposed_comm_seconds": 0.0, "paths": [], "verify": "none", "verified": False, "residual": 0.0,
+               "tolerance": 0.0, **{k: v * 2**30 if k.endswith("bytes") else v for k, v in busiest.items()}}
+    assert ("memory (1 rank(s)/device)", "operands 50.0 + buffers 0.0 of 60.0 GiB free; peak 55.0") \
+        in summary_rows(summary)
