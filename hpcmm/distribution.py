@@ -24,7 +24,9 @@ to one rank or writes them into an HDF5 file.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import heapq
 from collections.abc import Mapping, Sequence
 
 from .layout import block_range
@@ -179,9 +181,31 @@ def _check_cover(name: str, shape: tuple[int, int], blocks: tuple[Range, ...]) -
         if r1 > r0 and c1 > c0:
             full.append((rank, (r0, r1), (c0, c1)))
             area += (r1 - r0) * (c1 - c0)
-    for i, (ra, (ar0, ar1), (ac0, ac1)) in enumerate(full):
-        for rb, (br0, br1), (bc0, bc1) in full[i + 1:]:
-            if ar0 < br1 and br0 < ar1 and ac0 < bc1 and bc0 < ac1:
-                raise ValueError(f"{name} blocks of ranks {ra} and {rb} overlap")
+    pair = _overlapping(full)
+    if pair is not None:
+        raise ValueError(f"{name} blocks of ranks {pair[0]} and {pair[1]} overlap")
     if area != rows * cols:
         raise ValueError(f"{name}'s blocks cover {area} of its {rows * cols} elements")
+
+
+def _overlapping(blocks: list[tuple[int, Range, Range]]) -> tuple[int, int] | None:
+    """Two ranks whose (non-empty) blocks overlap, lower rank first, or ``None``; ``O(P log P)``-ish.
+
+    A sweep down the rows: the blocks whose rows the sweep is inside are kept sorted by their
+    first column (they are disjoint while no overlap was found), so that a new block need only be
+    compared with its neighbours there; a block leaves once the sweep passes its last row.
+    """
+    active: list[tuple[int, int, int]] = []  # (first column, end column, rank), sorted
+    ends: list[tuple[int, int, int, int]] = []  # heap of (end row, first column, end column, rank)
+    for rank, (r0, r1), (c0, c1) in sorted(blocks, key=lambda block: block[1][0]):
+        while ends and ends[0][0] <= r0:
+            _, d0, d1, other = heapq.heappop(ends)
+            del active[bisect.bisect_left(active, (d0, d1, other))]
+        at = bisect.bisect_left(active, (c0, c1, rank))
+        for neighbour in active[max(at - 1, 0): at + 1]:
+            n0, n1, other = neighbour
+            if n0 < c1 and c0 < n1:
+                return min(rank, other), max(rank, other)
+        active.insert(at, (c0, c1, rank))
+        heapq.heappush(ends, (r1, c0, c1, rank))
+    return None
