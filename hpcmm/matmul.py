@@ -240,11 +240,19 @@ class Matmul:
                 raise InputError(f"beta={self.beta}: β ≠ 0 reads C, so execute() needs c")
         except InputError as exc:
             error = exc
-        # Also the barrier after the last product: every rank that gets here has finished it
-        # (a product ends with a synchronize), so no peer still reads our blocks.
-        agree(comm, error)
+        # The caller's work on its operands (hpcmm's own blocks included) is done, on any stream.
         if stream is not None:
             stream.synchronize()
+        backend.synchronize()
+        # One small reduction says whether any rank failed (then the messages are agreed) and
+        # whether any rank writes its blocks of A or B.  It is also the barrier after the last
+        # product (a product ends with a synchronize: no peer still reads our blocks) and after
+        # the caller's writes into hpcmm's own blocks (the peers may read them from now on).
+        writes = error is None and any(operands[name].array is not self._own[name] for name in ("A", "B"))
+        flags = np.array([error is not None, writes], dtype=np.int8)
+        comm.Allreduce(MPI.IN_PLACE, flags, op=MPI.MAX)
+        if flags[0]:
+            agree(comm, error)
         counted = {"copied": 0, "moved": 0}
         for name, op in (("A", self.op_a), ("B", self.op_b)):
             self._fill(name, op, operands[name], counted)
@@ -252,8 +260,9 @@ class Matmul:
         own_c = c_operand is not None and c_operand.array is self._own["C"]
         # β·C of hpcmm's own C must be read before the product overwrites it.
         kept = self._own["C"].copy() if own_c and self.beta != 0 else None
-        backend.synchronize()
-        comm.Barrier()  # the peers read these blocks from now on
+        if flags[1]:  # some rank wrote its blocks: the peers read them only once every rank has
+            backend.synchronize()
+            comm.Barrier()
         times = engine.multiply()
         if own_c:
             self._scale_own(kept)
