@@ -41,7 +41,7 @@ from .layout import Grid, Layout, padded
 from .topology import choose_grid
 from .transport.reduce import scratch_bytes
 
-__all__ = ["EngineChoices", "check_memory", "device_need", "gpus_shared", "largest_fitting", "layered_choices",
+__all__ = ["EngineChoices", "channel_slots", "check_memory", "device_need", "gpus_shared", "largest_fitting", "layered_choices",
            "memory_needed", "memory_parts", "scaled", "summa_choices", "widest_fitting"]
 
 
@@ -82,7 +82,7 @@ class EngineChoices:
         return label(self.gemm_order)
 
 
-def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: int,
+def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring,
                   relayout: tuple[int, int] = (0, 0)) -> int:
     """Bytes one rank's blocks, panel ring and re-layout scratch take on its device.
 
@@ -99,14 +99,19 @@ def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring: in
     return sum(memory_parts(layout, rank, itemsize, panel, ring, relayout))
 
 
-def memory_parts(layout: Layout, rank: int, itemsize: int, panel: int, ring: int,
+def memory_parts(layout: Layout, rank: int, itemsize: int, panel: int, ring,
                  relayout: tuple[int, int] = (0, 0)) -> tuple[int, int]:
-    """:func:`memory_needed` in two: the operands' blocks (A, B, C, padded), and the buffers (ring, scratch)."""
+    """:func:`memory_needed` in two: the operands' blocks (A, B, C, padded), and the buffers (ring, scratch).
+
+    ``ring`` as :func:`memory_needed` takes it, or ``(A's slots, B's slots)`` as the rank's two
+    channels keep them (:func:`channel_slots`).
+    """
     shapes = layout.local_shapes(rank)
     (m_loc, k_a), (k_b, n_loc) = shapes["A"], shapes["B"]
     ld_a, ld_bc, ld_panel = (padded(extent, itemsize) for extent in (m_loc, n_loc, panel))
     blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
-    slots = ring * panel * (ld_a * (layout.grid.cols > 1) + ld_bc * (layout.grid.rows > 1))
+    ring_a, ring_b = ring if isinstance(ring, tuple) else (ring * (layout.grid.cols > 1), ring * (layout.grid.rows > 1))
+    slots = panel * (ring_a * ld_a + ring_b * ld_bc)
     scratch = ld_panel * (relayout[0] * m_loc + relayout[1] * n_loc)
     return blocks * itemsize, (slots + scratch) * itemsize
 
@@ -232,6 +237,20 @@ def widest_fitting(topo, backend, widths: list[int], needed) -> int:
     return widths[max(topo.comm.allgather(first))]
 
 
+def channel_slots(prefetch: int, row_vnodes, col_vnodes) -> tuple[int, int]:
+    """The panel slots of a rank's A channel (its grid row) and B channel (its grid column).
+
+    ``row_vnodes`` and ``col_vnodes``: the (virtual) node of every member of each.  A rank alone in
+    its channel receives nothing and keeps no slot; a channel that spans nodes keeps at least two
+    (:func:`~hpcmm.algorithms.ring_depth`), as :class:`~hpcmm.transport.PanelChannel` allocates them.
+
+    >>> channel_slots(0, [0, 0], [0, 1]), channel_slots(2, [0], [0, 0])
+    ((1, 2), (0, 3))
+    """
+    return tuple(ring_depth(prefetch, spans_nodes=len(set(vnodes)) > 1) if len(vnodes) > 1 else 0
+                 for vnodes in (row_vnodes, col_vnodes))
+
+
 def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineChoices:
     """Collective over ``topo``: the choices of a SUMMA engine on ``layout``, its memory checked.
 
@@ -247,10 +266,11 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
     prefetch = prefetch_of(config, backend.on_gpu)
     order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
     slots = ring_depth(prefetch, spans_nodes=topo.vnode_count > 1)
+    operand_slots = channel_slots(prefetch, topo.row_comm.allgather(topo.vnode), topo.col_comm.allgather(topo.vnode))
     relayout = scratch_slots(order, prefetch + 1)
 
     def needed(width: int) -> int:
-        return memory_needed(layout, topo.rank, itemsize, width, slots, relayout)
+        return memory_needed(layout, topo.rank, itemsize, width, operand_slots, relayout)
 
     panel = config.panel
     if panel is None:  # the default width, or a narrower one where its panel ring would not fit
@@ -259,9 +279,11 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
     if panel > layout.k:  # the same verdict on every rank
         agree(topo.comm, InputError(f"{config.origin('panel')}={panel}: wider than k={layout.k}"))
     # Before the steps: a huge k must be refused, not planned step by step.
+    slots_of = dict(topo.node_comm.allgather((topo.rank, operand_slots)))  # the ranks that may share a device
+
     def need_at(rank: int, m: int, n: int, k: int) -> int:  # at another size, with the same grid and weights
         other = dataclasses.replace(layout, m=m, n=n, k=k)
-        return memory_needed(other, rank, itemsize, min(panel, k), slots, relayout)
+        return memory_needed(other, rank, itemsize, min(panel, k), slots_of[rank], relayout)
 
     device_bytes = check_memory(topo, backend, needed(panel),
                                 f"problem m={layout.m}, n={layout.n}, k={layout.k} {np.dtype(config.dtype).name}",
@@ -273,7 +295,7 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
                          step_order=order_of_steps, rank_steps=steps,
                          steps=max(topo.comm.allgather(len(steps))), needed_bytes=needed(panel),
                          device_bytes=device_bytes, slots=slots,
-                         operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, slots, relayout)[0],
+                         operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, operand_slots, relayout)[0],
                          free_bytes=int(backend.memory_info()[0]))
 
 
@@ -304,6 +326,16 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
     order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
     # A layer's channels span nodes when the job has several (its ranks are one per node at most q).
     slots = ring_depth(prefetch, spans_nodes=len(layers.nodes) > 1)
+    # The layer grid's row and column of this rank (row-major over the layer's ranks) and their nodes.
+    vnodes = topo.comm.allgather(topo.vnode)
+
+    def slots_for(rank: int) -> tuple[int, int]:
+        members = layers.members(layers.layer(rank))
+        row, col = divmod(layers.layer_rank(rank), grid.cols)
+        return channel_slots(prefetch, [vnodes[r] for r in members[row * grid.cols:(row + 1) * grid.cols]],
+                             [vnodes[r] for r in members[col::grid.cols]])
+
+    operand_slots = slots_for(topo.rank)
     relayout = scratch_slots(order, prefetch + 1)
     fiber = layers.fiber(topo.rank)
     reduction = scratch_bytes(layout.local_shapes_partial(topo.rank), layers.count, fiber.index(topo.rank),
@@ -312,7 +344,8 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
 
     def needed(width: int) -> int:
         # The partial C is the layer engine's C block (memory_needed counts it), allocated by the reduction.
-        return memory_needed(layer_layouts[layer], layer_rank, dtype.itemsize, width, slots, relayout) + reduction
+        return memory_needed(layer_layouts[layer], layer_rank, dtype.itemsize, width, operand_slots,
+                             relayout) + reduction
 
     panel = config.panel
     if panel is None:
@@ -330,7 +363,7 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
         partial = scratch_bytes(other.local_shapes_partial(rank), layers.count, layers.fiber(rank).index(rank),
                                 dtype.itemsize)
         return memory_needed(other.layer_layout(layers.layer(rank)), layers.layer_rank(rank), dtype.itemsize,
-                             min(panel, max(k // layers.count, 1)), slots, relayout) + partial
+                             min(panel, max(k // layers.count, 1)), slots_for(rank), relayout) + partial
 
     device_bytes = check_memory(topo, backend, needed(panel),
                                 f"problem m={m}, n={n}, k={k} {dtype.name} with {layers.count} layers",
@@ -344,6 +377,6 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
                             steps=topo.comm.allreduce(len(steps), op=MPI.MAX), needed_bytes=needed(panel),
                             device_bytes=device_bytes, slots=slots,
                             operand_bytes=memory_parts(layer_layouts[layer], layer_rank, dtype.itemsize, panel,
-                                                       slots, relayout)[0],
+                                                       operand_slots, relayout)[0],
                             free_bytes=int(backend.memory_info()[0]))
     return grid, layout, choices

@@ -6,7 +6,8 @@ Every device allocation of a product's set-up goes through one of two doors: a t
 ``assembled`` builds the engine, and the sum must equal the bytes the planner predicted for the
 rank (``EngineChoices.needed_bytes``), for every kind of buffer: one rank (no ring at all), a
 rank alone in its grid row or column (no ring for that operand), prefetch 0 to 2, a GEMM that
-re-lays panels out (scratch), channels that span nodes (deeper rings), and 2.5D.
+re-lays panels out (scratch), channels that span nodes (deeper rings) beside channels that do not,
+and 2.5D on one node and across nodes.
 
 Run: ``mpiexec -n 4 python -m pytest --with-mpi tests/mpi/test_memory_count_mpi.py``.
 """
@@ -30,9 +31,11 @@ CASES = {
     "relaid-panels": {"gemm_order": "CF", "prefetch": 1, "panel": 6},
     "relaid-a-only": {"gemm_order": "CC", "panel": 9},
     "one-rank-per-node": {"ranks_per_node": 1, "prefetch": 0, "panel": 8},
+    "two-ranks-per-node": {"ranks_per_node": 2, "prefetch": 0, "panel": 8},
     "grid-row": {"grid": (1, P)},
     "grid-column": {"grid": (P, 1), "prefetch": 2},
     "2.5d": {"algo": "2.5d:2", "ranks_per_node": P, "panel": 4},
+    "2.5d-nodes-of-2": {"algo": "2.5d:2", "ranks_per_node": 2, "prefetch": 0, "panel": 6},
 }
 
 
@@ -40,7 +43,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_allocation_of_a_product_is_counted(case, monkeypatch):
     settings = CASES[case]
-    if settings.get("algo") == "2.5d:2" and P % 2:
+    if settings.get("algo") == "2.5d:2" and (P % 2 or settings["ranks_per_node"] % 2):
         pytest.skip("2 layers need an even number of ranks per node")
     counted = []
 
