@@ -46,16 +46,19 @@ def gather_info(config: RunConfig, comm: MPI.Comm) -> dict | None:
         }
 
 
-#: The types whose largest square problem ``info`` names.
-LARGEST_KINDS = ("float64", "float32")
+#: The types whose largest square problem ``info`` names, and their element sizes.
+LARGEST_KINDS = {"float64": 8, "float32": 4}
 
 
-def memory_by_device(rows: list[dict], grid: str, nodes: int) -> list[tuple[str, list[dict], dict[str, int]]]:
-    """Each device (GPU, or a host's memory), its ranks, and the largest square problem per type it allows.
+def largest_square(kind: str, itemsize: int, grid: str, devices: list[list[dict]], on_gpu: bool,
+                   nodes: int = 1) -> int:
+    """The largest ``N`` of an ``N × N × N`` product of ``kind`` that fits every device by the memory check's count.
 
-    The largest ``N`` of an ``N × N × N`` product whose blocks, rings and scratch fit every device's
-    free bytes by the memory check's count (:func:`~hpcmm.choices.memory_needed`): the default grid
-    with near-equal blocks, the default prefetch and the narrowest panel the planner falls back to.
+    ``devices``: per device, its ranks as rows with ``rank`` (in the grid) and ``free_bytes``.  The
+    count is :func:`~hpcmm.choices.memory_needed` with near-equal blocks on ``grid``, the default
+    prefetch, each channel's slots (no node spans where ``nodes`` is 1) and the narrowest panel the
+    planner falls back to.  What the count leaves out (the CUDA context, the memory pool's
+    rounding, the GEMM library's workspace) is not in it.
     """
     from .algorithms import panel_candidates, prefetch_of, ring_depth  # noqa: PLC0415 - info only
     from .choices import largest_fitting, memory_needed  # noqa: PLC0415
@@ -63,6 +66,25 @@ def memory_by_device(rows: list[dict], grid: str, nodes: int) -> list[tuple[str,
     from .layout import Grid, Layout  # noqa: PLC0415
 
     shape = Grid(*(int(x) for x in grid.split("x")))
+    shared = on_gpu and any(len(members) > 1 for members in devices)
+    prefetch = prefetch_of(RunConfig(dtype=kind), on_gpu)
+    slots = ring_depth(prefetch, spans_nodes=nodes > 1)
+    relayout = scratch_slots(gemm_order(kind, False, on_gpu), prefetch + 1)
+
+    def total_at(m, n, k, members):
+        layout = Layout(m, n, k, shape)
+        panel = min(panel_candidates([layout], itemsize, on_gpu, shared=shared)[-1], k)
+        return sum(memory_needed(layout, r["rank"], itemsize, panel, slots, relayout) for r in members)
+
+    top = 1 << 22
+    return int(top * min(largest_fitting(lambda m, n, k, members=members: total_at(m, n, k, members),
+                                         (top, top, top), min(r["free_bytes"] for r in members))
+                         for members in devices))
+
+
+def memory_by_device(rows: list[dict], grid: str, nodes: int) -> list[tuple[str, list[dict], dict[str, int]]]:
+    """Each device (GPU, or a host's memory), its ranks, and the largest square problem per type it allows
+    (:func:`largest_square`, the same for every device: the job's)."""
     devices: dict = {}
     for r in rows:
         gpu = r["gpu_index"] >= 0
@@ -70,24 +92,10 @@ def memory_by_device(rows: list[dict], grid: str, nodes: int) -> list[tuple[str,
         label = f"GPU {r['gpu_index']} of {r['host']}" if gpu else f"host {r['host']}"
         devices.setdefault(key, (label, []))[1].append(r)
     on_gpu = any(r["gpu_index"] >= 0 for r in rows)
-    shared = on_gpu and any(len(members) > 1 for _, members in devices.values())
-    largest: dict[str, int] = {}
-    for kind in LARGEST_KINDS:
-        itemsize = 8 if kind == "float64" else 4
-        prefetch = prefetch_of(RunConfig(dtype=kind), on_gpu)
-        slots = ring_depth(prefetch, spans_nodes=nodes > 1)
-        relayout = scratch_slots(gemm_order(kind, False, on_gpu), prefetch + 1)
-
-        def total_at(m, n, k, members):
-            layout = Layout(m, n, k, shape)
-            panel = min(panel_candidates([layout], itemsize, on_gpu, shared=shared)[-1], k)
-            return sum(memory_needed(layout, r["rank"], itemsize, panel, slots, relayout) for r in members)
-
-        top = 1 << 22
-        scale = min(largest_fitting(lambda m, n, k, members=members: total_at(m, n, k, members), (top, top, top),
-                                    min(r["free_bytes"] for r in members)) for _, members in devices.values())
-        largest[kind] = int(top * scale)
-    return [(label, members, largest) for label, members in devices.values()]
+    members = [m for _, m in devices.values()]
+    largest = {kind: largest_square(kind, itemsize, grid, members, on_gpu, nodes)
+               for kind, itemsize in LARGEST_KINDS.items()}
+    return [(label, m, largest) for label, m in devices.values()]
 
 
 def mps_by_gpu(rows: list[dict]) -> list[tuple[str, int, list]]:

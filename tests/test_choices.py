@@ -162,3 +162,21 @@ def test_info_names_the_largest_square_problem_the_memory_check_accepts():
             return sum(memory_needed(layout, rank, itemsize, panel, 2) for rank in range(2))
 
         assert need(n) <= free < need(int(n * 1.01)), kind
+
+
+def test_the_largest_problems_script_gives_the_rule_at_one_gpu(tmp_path):
+    """``benchmarks/largest_problems.py``: at one rank on one GPU, float64 N²·24 bytes fill the free memory."""
+    import json
+    import subprocess
+    import sys
+
+    from launcher import REPO
+
+    out = tmp_path / "largest.json"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "largest_problems.py"), "--free-gib", "10",
+                    "--gpus", "1", "2", "--ranks-per-gpu", "1", "--out", str(out)], check=True, capture_output=True)
+    rows = json.loads(out.read_text())["rows"]
+    one = rows[0]
+    assert one["gpus"] == 1 and 24 * one["float64"] ** 2 <= 10 * 2**30 < 24 * (one["float64"] + 64) ** 2
+    assert one["float64"] < one["float32"] < one["bfloat16"]
+    assert rows[1]["float64"] > one["float64"]  # two GPUs hold more
