@@ -1,8 +1,9 @@
 """``python -m hpcmm bench transport``: GB/s of each data path between rank pairs.
 
-For the pairs (0, r), r = 1 … P−1, and sizes from 1 MiB to 1 GiB, rank r
-receives a buffer of rank 0's through every path it can use, through the same
-transport classes the product uses:
+For the pairs (0, r), r = 1 … P−1 (``--pairs all``: every pair (i, j), i < j,
+one pair at a time while the other ranks wait), and sizes from 1 MiB to 1 GiB,
+rank r (j) receives a buffer of rank 0's (i's) through every path it can use,
+through the same transport classes the product uses:
 
 * ``ipc`` (GPU, same node) and ``shm`` (CPU, same node): a pull from the
   peer's exported buffer;
@@ -42,7 +43,7 @@ from .transport import decide
 from .transport.ipc import IpcPeerMemory, ShmPeerMemory
 from .transport.mpi import DirectBroadcast, StagedBroadcast
 
-__all__ = ["transport_main", "parse_sizes", "default_output", "DEFAULT_SIZES_MIB"]
+__all__ = ["transport_main", "pairs_of", "parse_sizes", "default_output", "DEFAULT_SIZES_MIB"]
 
 DEFAULT_SIZES_MIB = TRANSPORT_SIZES_MIB
 #: Largest size --sizes takes (MiB): 1 TiB, far beyond any device, small enough for every integer type.
@@ -143,6 +144,40 @@ def _references(backend, sizes, rows) -> None:
                 rows.append(_event_timed(backend, "peer", nbytes, peer_copy))
 
 
+def _peer_matrix(backend, nbytes: int, rows) -> None:
+    """``peer-gpu``: ``cudaMemcpyPeerAsync`` between every ordered pair of the GPUs this process sees.
+
+    The copy engines' own rate per pair (peer access enabled where the pair allows it), to set
+    beside the ``ipc`` matrix of the ranks; ``src`` and ``dst`` are GPU indices here.
+    """
+    if not backend.on_gpu:
+        return
+    cp, rt = backend.cupy, backend.cupy.cuda.runtime
+    count = rt.getDeviceCount()
+    buffers = {}
+    for device in range(count):
+        with cp.cuda.Device(device):
+            buffers[device] = cp.full(nbytes, device, dtype=np.uint8)
+    stream = backend.comm_stream
+    for dst in range(count):
+        for src in range(count):
+            if src == dst:
+                continue
+            with cp.cuda.Device(dst):
+                if rt.deviceCanAccessPeer(dst, src):
+                    try:
+                        rt.deviceEnablePeerAccess(src)
+                    except cp.cuda.runtime.CUDARuntimeError:  # already enabled
+                        pass
+
+            def copy(n, d=dst, s=src):
+                rt.memcpyPeerAsync(buffers[d].data.ptr, d, buffers[s].data.ptr, s, n, stream.ptr)
+
+            with backend.device:
+                row = _event_timed(backend, "peer-gpu", nbytes, copy)
+            rows.append(row | {"src": src, "dst": dst})
+
+
 def _event_timed(backend, path, nbytes, fn) -> dict:
     cp, stream = backend.cupy, backend.comm_stream
     times = []
@@ -185,11 +220,13 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
         rank = topo.rank
         if rank == 0:
             _references(backend, sizes, rows)
+            if getattr(ns, "pairs", "first") == "all":
+                _peer_matrix(backend, max(sizes), rows)
         vnodes = topo.comm.allgather(topo.vnode)
-        for peer in range(1, size):
-            pair = topo.comm.Split(0 if rank in (0, peer) else MPI.UNDEFINED, 0 if rank == 0 else 1)
+        for source, peer in pairs_of(size, getattr(ns, "pairs", "first")):
+            pair = topo.comm.Split(0 if rank in (source, peer) else MPI.UNDEFINED, 0 if rank == source else 1)
             if pair != MPI.COMM_NULL:
-                rows += _pair(backend, pair, peer, sizes, vnodes[0] == vnodes[peer], aware.aware)
+                rows += _pair(backend, pair, source, peer, sizes, vnodes[source] == vnodes[peer], aware.aware)
                 pair.Free()
         if backend.on_gpu:
             rows += _staged_concurrent(backend, topo.comm, sizes)
@@ -197,6 +234,8 @@ def transport_main(ns, config: RunConfig, comm: MPI.Comm) -> int:
     if comm.Get_rank() == 0:
         rows = [r for part in gathered for r in part]
         _print(rows)
+        if getattr(ns, "pairs", "first") == "all":
+            _print_matrices(rows, size)
         out = h5io.write_table_file(out, config.overwrite, "bench-transport", "transport", rows, versions())
         print(f"figures: {out}")
     return 0
@@ -213,8 +252,19 @@ def _check_memory(backend, topo, text, largest: int) -> None:
                          f"memory ({BUFFERS} buffers x {sharing} rank(s)), {free / 2**30:.1f} GiB available")
 
 
-def _pair(backend, pair: MPI.Comm, peer: int, sizes, same_node: bool, aware: bool) -> list[dict]:
-    """Rank 0 of ``pair`` sends, rank 1 (world rank ``peer``) receives; rows from the receiver."""
+def pairs_of(size: int, which: str) -> list[tuple[int, int]]:
+    """The (sender, receiver) pairs of ``--pairs``: ``first`` from rank 0, ``all`` every pair once.
+
+    >>> pairs_of(3, "first"), pairs_of(3, "all")
+    ([(0, 1), (0, 2)], [(0, 1), (0, 2), (1, 2)])
+    """
+    if which == "first":
+        return [(0, peer) for peer in range(1, size)]
+    return [(source, peer) for source in range(size) for peer in range(source + 1, size)]
+
+
+def _pair(backend, pair: MPI.Comm, source: int, peer: int, sizes, same_node: bool, aware: bool) -> list[dict]:
+    """Rank 0 of ``pair`` (world rank ``source``) sends, rank 1 (``peer``) receives; rows from the receiver."""
     me = pair.Get_rank()
     rows = []
     largest = max(sizes)
@@ -240,7 +290,7 @@ def _pair(backend, pair: MPI.Comm, peer: int, sizes, same_node: bool, aware: boo
             for nbytes in sizes:
                 dst = backend.empty(nbytes, np.uint8)
                 fn = (lambda d=dst, n=nbytes: peers.pull(d, 0, 0, n, backend.comm_stream)) if me == 1 else (lambda: None)
-                rows.append(_row(path.path, peer, nbytes, _median_seconds(backend, fn, _reps(nbytes), pair)))
+                rows.append(_row(path.path, source, peer, nbytes, _median_seconds(backend, fn, _reps(nbytes), pair)))
                 if me == 1:
                     _check(backend, dst)
             peers.close()
@@ -254,7 +304,7 @@ def _pair(backend, pair: MPI.Comm, peer: int, sizes, same_node: bool, aware: boo
                     buf.fill(0)
                 backend.synchronize()
                 fn = (lambda b=buf: mover.send(pair, b)) if me == 0 else (lambda b=buf: mover.receive(pair, b))
-                rows.append(_row(path.path, peer, nbytes, _median_seconds(backend, fn, _reps(nbytes), pair)))
+                rows.append(_row(path.path, source, peer, nbytes, _median_seconds(backend, fn, _reps(nbytes), pair)))
                 if me == 1:
                     backend.synchronize()
                     _check(backend, buf)
@@ -274,7 +324,7 @@ def _pair(backend, pair: MPI.Comm, peer: int, sizes, same_node: bool, aware: boo
                         else:
                             pair.Recv(b[lo : lo + chunk], source=0)
 
-                rows.append(_row(path, peer, nbytes, _median_seconds(backend, move, _reps(nbytes), pair)))
+                rows.append(_row(path, source, peer, nbytes, _median_seconds(backend, move, _reps(nbytes), pair)))
     return rows if me == 1 else []
 
 
@@ -312,7 +362,7 @@ def _staged_concurrent(backend, comm: MPI.Comm, sizes) -> list[dict]:
                 if me == 1:
                     backend.synchronize()
                     _check(backend, view)
-                    rows.append(_row(f"staged-x{k}", rank, nbytes, seconds) | {"src": rank - 1})
+                    rows.append(_row(f"staged-x{k}", rank - 1, rank, nbytes, seconds))
             if active:
                 pair.Free()
     finally:
@@ -334,9 +384,24 @@ def _check(backend, dst) -> None:
         raise RuntimeError(f"transport check failed for {n} bytes: data differs")
 
 
-def _row(path, peer, nbytes, seconds) -> dict:
-    return {"src": 0, "dst": peer, "path": path, "bytes": nbytes, "seconds": seconds,
+def _row(path, source, peer, nbytes, seconds) -> dict:
+    return {"src": source, "dst": peer, "path": path, "bytes": nbytes, "seconds": seconds,
             "gbps": nbytes / seconds / 1e9}
+
+
+def _print_matrices(rows: list[dict], size: int) -> None:
+    """Per path, the GB/s of every pair at the largest size it moved: sender by row, receiver by column."""
+    for path in dict.fromkeys(r["path"] for r in rows if r["src"] >= 0 and not r["path"].startswith("staged-x")):
+        mine = [r for r in rows if r["path"] == path]
+        largest = max(r["bytes"] for r in mine)
+        rate = {(r["src"], r["dst"]): r["gbps"] for r in mine if r["bytes"] == largest}
+        count = max(size, 1 + max(max(pair) for pair in rate))
+        what = "GPU" if path == "peer-gpu" else "rank"
+        print(f"{path} at {largest >> 20} MiB, GB/s (row: sending {what}, column: receiving {what})")
+        print(f"{'':>6}" + "".join(f"{dst:>9}" for dst in range(count)))
+        for src in range(count):
+            cells = (f"{rate[(src, dst)]:>9.1f}" if (src, dst) in rate else f"{'-':>9}" for dst in range(count))
+            print(f"{src:>6}" + "".join(cells))
 
 
 def _print(rows: list[dict]) -> None:
@@ -351,4 +416,5 @@ def _print(rows: list[dict]) -> None:
         vals = {r["bytes"]: r["gbps"] for r in rows if (r["path"], r["src"], r["dst"]) == (path, src, dst)}
         pair = "-" if src < 0 else f"{src}->{dst}"
         print(f"{path:<16}{pair:>7}" + "".join(f"{vals.get(s, float('nan')):>13.1f}" for s in sizes))
-    print("GB/s (bytes moved / seconds, median); d2d = one GPU's own copy, peer = cudaMemcpyPeer in one process")
+    print("GB/s (bytes moved / seconds, median); d2d = one GPU's own copy, peer = cudaMemcpyPeer in one process"
+          " (peer-gpu: between GPU indices, not ranks)")

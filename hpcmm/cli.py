@@ -275,8 +275,12 @@ def _add_bench_parsers(sub) -> None:
     _add_common(gemm)
     transport = what.add_parser("transport", help="GB/s of each data path between rank pairs (2 ranks or more)",
                                 description="GB/s of each data path (ipc, shm, mpi, staged) between rank 0 and "
-                                            "each other rank, through the product's own transports.")
+                                            "each other rank (or between every pair of ranks), through the "
+                                            "product's own transports.")
     g = transport.add_argument_group("measurement and output")
+    g.add_argument("--pairs", choices=("first", "all"), default="first",
+                   help="first: rank 0 to each other rank; all: every pair of ranks, one pair at a time, "
+                        "printed as a matrix per path (default first)")
     g.add_argument("--sizes", metavar="MIB[,MIB...]",
                    help="message sizes in MiB, comma separated, each 1 ... 1048576 (default "
                         f"{','.join(map(str, TRANSPORT_SIZES_MIB))})")

@@ -374,6 +374,23 @@ def test_bench_transport_on_cpu(mpiexec, tmp_path):
     assert sorted({int(r["bytes"]) for r in rows}) == [1 << 20, 2 << 20]
 
 
+def test_bench_transport_between_every_pair(mpiexec, tmp_path):
+    """``--pairs all``: each pair of 3 ranks once, every path, and a matrix per path at the largest size."""
+    out = tmp_path / "t.h5"
+    proc = _hpcmm(mpiexec, 3, "bench", "transport", "--pairs", "all", "--sizes", "1,2", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout
+    with h5py.File(out, "r") as f:
+        rows = f["transport"][()]
+    for path in ("shm", "mpi", "raw-mpi-host"):
+        pairs = sorted((int(r["src"]), int(r["dst"]), int(r["bytes"])) for r in rows if r["path"].decode() == path)
+        assert pairs == [(s, d, b) for s, d in ((0, 1), (0, 2), (1, 2)) for b in (1 << 20, 2 << 20)], (path, pairs)
+        assert f"{path} at 2 MiB, GB/s (row: sending rank, column: receiving rank)" in proc.stdout
+    matrix = proc.stdout.split("shm at 2 MiB")[1].splitlines()[2:5]  # the header line, then ranks 0, 1, 2
+    cells = [line.split()[1:] for line in matrix]
+    assert [c[0] for c in cells] == ["-", "-", "-"] and cells[2] == ["-", "-", "-"]  # no pair twice, none to itself
+    assert all(float(v) > 0 for v in (cells[0][1], cells[0][2], cells[1][2]))
+
+
 def test_report_reads_back_a_run(mpiexec, tmp_path):
     out = tmp_path / "r.h5"
     config = RunConfig(m=24, n=16, k=20, device="cpu", warmup=0, iters=2, out=str(out))
