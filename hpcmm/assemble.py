@@ -29,6 +29,7 @@ from .arrangement import Arrangement, arrange, arrangement_for
 from .balance import product_rate, weights_for
 from .choices import EngineChoices, layered_choices, summa_choices
 from .config import RunConfig
+from .dynamic import DynamicEngine
 from .engine import Engine
 from .errors import InputError, collective
 from .layered import LayeredEngine, node_ranks
@@ -140,9 +141,12 @@ def _engine(launch, backend, config: RunConfig, shape, arrangement: Arrangement,
             weights = () if layout.weights is None else tuple(layout.weights)
             plan = _plan(launch, backend, config, shape, aware, semantics, choices, algorithm="summa", layers=1,
                          grid=str(layout.grid), rank_order=tuple(arrangement.order), weights=weights)
-            with Engine(topo, backend, layout, choices, config, aware) as engine:
+            executor = DynamicEngine if config.balance == "dynamic" else Engine
+            with executor(topo, backend, layout, choices, config, aware) as engine:
                 yield plan, engine
         return
+    if config.balance == "dynamic":  # the same choice on every rank
+        raise InputError(f"--balance dynamic runs summa, not {choice.ran}: pass --algo summa")
     if config.verify == "full":
         with collective(launch.comm):
             check_full_size(*shape, config.dtype)

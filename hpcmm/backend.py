@@ -245,6 +245,10 @@ class Backend(abc.ABC):
     def event_synchronize(self, event) -> None:
         """Block the host until ``event`` has happened (``None``: return at once)."""
 
+    def event_done(self, event) -> bool:
+        """Whether ``event`` has happened, without waiting (the host's events always have)."""
+        return True
+
     @abc.abstractmethod
     def elapsed(self, start, stop) -> float:
         """Seconds between two events."""
@@ -541,6 +545,9 @@ class GpuBackend(Backend):
         if event is not None:
             event.synchronize()
 
+    def event_done(self, event) -> bool:
+        return event is None or bool(event.done)
+
     def elapsed(self, start, stop) -> float:
         return self.cupy.cuda.get_elapsed_time(start, stop) / 1e3
 
@@ -783,6 +790,12 @@ class GpuBackend(Backend):
     def wait_peer_event(self, stream, event: int) -> None:
         """Make ``stream`` wait for an opened peer event (no host wait)."""
         self.cupy.cuda.runtime.streamWaitEvent(stream.ptr, event, 0)
+
+    def view_address(self, ptr: int, nbytes: int):
+        """``nbytes`` of device memory at ``ptr`` (a peer's opened IPC buffer) as a cupy byte array, not owned."""
+        cp = self.cupy
+        memory = cp.cuda.UnownedMemory(ptr, nbytes, None, self.device_id)
+        return cp.ndarray((nbytes,), dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(memory, 0))
 
     def synchronize_peer_event(self, event: int) -> None:
         """Block the host until an opened peer event has happened."""

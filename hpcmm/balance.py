@@ -180,7 +180,7 @@ def weights_for(mode: str, devices: Sequence[Hashable], rates: Sequence[float] |
     >>> weights_for("none", ["a", "b", "a"])
     (1.0, 1.0, 1.0)
     """
-    if mode == "share":
+    if mode in ("share", "dynamic"):  # dynamic: each rank starts on its share, then takes tiles of others
         return share_weights(devices)
     if mode == "measured":
         if rates is None:

@@ -42,7 +42,29 @@ from .topology import choose_grid
 from .transport.reduce import scratch_bytes
 
 __all__ = ["EngineChoices", "channel_slots", "check_memory", "device_need", "gpus_shared", "largest_fitting", "layered_choices",
-           "memory_needed", "memory_parts", "scaled", "summa_choices", "widest_fitting"]
+           "memory_needed", "memory_parts", "scaled", "summa_choices", "tile_rows", "widest_fitting"]
+
+
+#: The fewest rows of a dynamic tile: narrower tiles leave the GEMM too little work (GPU, CPU).
+LEAST_TILE_ROWS = {True: 256, False: 32}
+#: Dynamic tiles per rank where its block has rows enough: enough to even out a rank at half speed.
+TILES_PER_RANK = 8
+
+
+def tile_rows(rows: int, on_gpu: bool) -> tuple[tuple[int, int], ...]:
+    """The row ranges of one C block's tiles for ``--balance dynamic`` (:mod:`hpcmm.dynamic`): up to
+    :data:`TILES_PER_RANK`, none under :data:`LEAST_TILE_ROWS` rows (one tile where the block is smaller).
+
+    >>> tile_rows(1000, on_gpu=False)[:3], len(tile_rows(1000, on_gpu=False))
+    (((0, 125), (125, 250), (250, 375)), 8)
+    >>> tile_rows(300, on_gpu=True), tile_rows(0, on_gpu=True)
+    (((0, 300),), ())
+    """
+    if rows <= 0:
+        return ()
+    count = max(1, min(TILES_PER_RANK, rows // LEAST_TILE_ROWS[on_gpu]))
+    cuts = [rows * i // count for i in range(count + 1)]
+    return tuple(zip(cuts[:-1], cuts[1:]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +92,8 @@ class EngineChoices:
     #: when the check ran.
     operand_bytes: int = 0
     free_bytes: int = 0
+    #: ``--balance dynamic``: every rank's C tiles (row ranges of its block); empty otherwise.
+    tiles: tuple = ()
 
     @property
     def ring(self) -> int:
@@ -268,6 +292,11 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
     slots = ring_depth(prefetch, spans_nodes=topo.vnode_count > 1)
     operand_slots = channel_slots(prefetch, topo.row_comm.allgather(topo.vnode), topo.col_comm.allgather(topo.vnode))
     relayout = scratch_slots(order, prefetch + 1)
+    if config.balance == "dynamic":  # hpcmm.dynamic: GEMMs read the owners' blocks, as stored; nothing moves
+        if topo.vnode_count > 1:  # the same verdict on every rank
+            raise InputError("--balance dynamic: the ranks span several nodes; it balances the ranks of one "
+                             "node (use share, measured or product)")
+        prefetch, order, slots, operand_slots, relayout = 0, "FC", 1, (0, 0), (0, 0)
 
     def needed(width: int) -> int:
         return memory_needed(layout, topo.rank, itemsize, width, operand_slots, relayout)
@@ -291,12 +320,16 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
     # own-first where every panel is a one-sided pull (one node); common where broadcasts need one order.
     order_of_steps = step_order(config.step_order, topo.vnode_count)
     steps = tuple(rank_plan(layout, topo.rank, panel, prefetch, own_order=order_of_steps == "own-first"))
+    tiles, most_steps = (), max(topo.comm.allgather(len(steps)))
+    if config.balance == "dynamic":  # any rank may compute every tile: that many records per product
+        tiles = tuple(tile_rows(*layout.local_shapes(rank)["C"][:1], backend.on_gpu)
+                      if layout.local_shapes(rank)["C"][1] else () for rank in range(topo.size))
+        most_steps = max(1, sum(len(t) for t in tiles))
     return EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
-                         step_order=order_of_steps, rank_steps=steps,
-                         steps=max(topo.comm.allgather(len(steps))), needed_bytes=needed(panel),
+                         step_order=order_of_steps, rank_steps=steps, steps=most_steps, needed_bytes=needed(panel),
                          device_bytes=device_bytes, slots=slots,
                          operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, operand_slots, relayout)[0],
-                         free_bytes=int(backend.memory_info()[0]))
+                         free_bytes=int(backend.memory_info()[0]), tiles=tiles)
 
 
 def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int],

@@ -181,7 +181,9 @@ def _add_run_options(p: argparse.ArgumentParser, out: str | None = None, problem
                    help="block sizes follow each rank's weight: share (1 / the ranks on its GPU, or on its "
                         "host's CPU), measured (its rate in a short GEMM timing on every rank at start-up), "
                         "product (its rate in untimed products with the share blocks, 0.25 s: time slicing, MPS and "
-                        f"block shapes included), none (equal blocks) {_default('balance')}")
+                        "block shapes included), dynamic (one node: the share blocks cut into tiles that ranks "
+                        "which finish early take from the others while the product runs), none (equal blocks) "
+                        f"{_default('balance')}")
     g = p.add_argument_group("measurement and output")
     g.add_argument("--warmup", type=_int("--warmup", 0), metavar="W", help=f"untimed products {_default('warmup')}")
     g.add_argument("--iters", type=_int("--iters"), metavar="I", help=f"timed products {_default('iters')}")

@@ -27,7 +27,7 @@ from .algorithms.layers import parse_algo
 
 #: Values of ``--balance`` (:mod:`hpcmm.balance`; kept here, where no module imports numpy, so that
 #: ``import hpcmm`` stays light and ``python -m hpcmm`` blocks signals before any thread exists).
-BALANCE_MODES = ("share", "measured", "product", "none")
+BALANCE_MODES = ("share", "measured", "product", "dynamic", "none")
 #: The balance used when none is given.
 DEFAULT_BALANCE = "share"
 
@@ -313,7 +313,7 @@ ENVIRONMENT: dict[str, EnvSetting] = {
         "panels in flight ahead of the GEMM",
     ),
     "HPCMM_BALANCE": EnvSetting(
-        "balance", _choice("HPCMM_BALANCE", BALANCE_MODES), "share, measured, product or none"
+        "balance", _choice("HPCMM_BALANCE", BALANCE_MODES), "share, measured, product, dynamic or none"
     ),
     "HPCMM_ALGO": EnvSetting(
         "algo", lambda t: str(parse_algo(t, "HPCMM_ALGO")),

@@ -35,7 +35,7 @@ class MatmulOptions:
         The SUMMA process grid; default: the planner's.
     panel, prefetch : int
         SUMMA panel width and panels in flight ahead of the GEMM; default: the planner's rule.
-    balance : {"share", "measured", "product", "none"}
+    balance : {"share", "measured", "product", "dynamic", "none"}
         How blocks follow the ranks' speeds (measured at ``plan()``).
     cuda_aware_mpi : {"auto", "yes", "no"}
         Whether device buffers may go to MPI between nodes.

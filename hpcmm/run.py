@@ -27,6 +27,7 @@ from .assemble import Semantics, assembled
 from .backend import host_memory
 from .clock import SharedClock, product_window
 from .config import RunConfig
+from .dynamic import DynamicEngine
 from .engine import PHASES, Engine, IterationTimes
 from .errors import InputError, VerificationError, agree, collective
 from .gemm_library import libraries_used
@@ -36,7 +37,7 @@ from .layout import Layout, predicted_imbalance
 from .metadata import topology_row, versions
 from .operands import apply_op
 from .plan import Plan, agree_on, settings_fields
-from .summary import busiest_device, gathered_figures, summary_figures
+from .summary import busiest_device, dynamic_figures, gathered_figures, summary_figures
 from .threads import attributes as blas_attributes
 from .transport import PATHS, CudaAwareness
 from .verify import Check, Product, freivalds, full_check
@@ -340,6 +341,7 @@ class RankReport:
     reduce_seconds: np.ndarray | None = None  # (iters,) 2.5D: the reduce-scatter inside each product
     plan: list[dict] = dataclasses.field(default_factory=list)  # this rank's steps, rows of /timings/plans
     gemms: list[dict] = dataclasses.field(default_factory=list)  # this rank's GEMM shapes, rows of /timings/gemms
+    tiles: list[dict] | None = None  # --balance dynamic: the tiles this rank computed, rows of /timings/tiles
 
 
 def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, timings: Timings) -> RankReport:
@@ -368,6 +370,9 @@ def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, ti
         reduce_seconds=np.array([t.reduce for t in products]) if layered else None,
         plan=[dict(rank=rank, **_step_row(s)) for s in engine.plan],
         gemms=[dict(rank=rank, **row) for row in backend.gemm_rows()],
+        tiles=[dict(product=i, rank=rank, owner=owner, tile=tile, row0=row0, row1=row1, seconds=seconds)
+               for i, t in enumerate(products) for owner, tile, row0, row1, seconds in t.tiles]
+        if isinstance(engine, DynamicEngine) else None,
     )
 
 
@@ -411,6 +416,7 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
             {"product_seconds": figures.product_seconds, "start_seconds": figures.start_seconds,
              "host_seconds": figures.host_seconds, "plans": [row for r in reports for row in r.plan],
              "gemms": [row for r in reports for row in r.gemms],
+             **({"tiles": [row for r in reports for row in r.tiles]} if reports[0].tiles is not None else {}),
              **({"reduce_seconds": np.stack([r.reduce_seconds for r in reports])}
                 if reports[0].reduce_seconds is not None else {})})},
     )
@@ -443,6 +449,8 @@ def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: 
                                                             engine.backend.on_gpu),
                            peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports),
                            **busiest_device([r.topology for r in reports], [r.memory for r in reports]),
+                           **(dynamic_figures([row for r in reports for row in r.tiles], topo.size)
+                              if reports[0].tiles is not None else {}),
                            predicted_imbalance=_predicted_imbalance(engine), plan_seconds=setup.plan_seconds,
                            **setup.arrangement.summary(),
                            **setup.choice.summary())

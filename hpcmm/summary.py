@@ -10,13 +10,14 @@ the largest sum over a rank's steps, then the median over the products.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import shutil
 import sys
 
 import numpy as np
 
-__all__ = ["Gathered", "busiest_device", "format_rate", "gathered_figures", "print_summary", "product_flops", "summary_figures",
+__all__ = ["Gathered", "busiest_device", "dynamic_figures", "format_rate", "gathered_figures", "print_summary", "product_flops", "summary_figures",
            "summary_rows"]
 
 #: An element error (fraction of its row's norm-wise scale) beyond which the summary warns.
@@ -179,6 +180,31 @@ def busiest_device(topology: list[dict], memory: list[dict]) -> dict:
             "memory_peak_bytes": sum(r["peak_bytes"] for r in rows)}
 
 
+def dynamic_figures(tiles: list[dict], ranks: int) -> dict:
+    """``--balance dynamic``: the share of tiles a rank computed for another, and the most one rank computed.
+
+    ``tiles``: the rows of ``/timings/tiles`` (``product``, ``rank``, ``owner`` ...).  Medians over
+    the timed products: ``dynamic_taken_fraction`` (tiles computed by a rank other than their
+    owner, over all tiles), ``dynamic_tiles_most`` and ``dynamic_tiles_least`` (per rank).
+
+    >>> rows = [dict(product=0, rank=0, owner=0), dict(product=0, rank=0, owner=1), dict(product=0, rank=1, owner=1)]
+    >>> dynamic_figures(rows, 2)["dynamic_taken_fraction"]
+    0.3333333333333333
+    """
+    products = sorted({row["product"] for row in tiles})
+    if not products:
+        return {}
+    taken, most, least = [], [], []
+    for product in products:
+        mine = [row for row in tiles if row["product"] == product]
+        taken.append(sum(row["rank"] != row["owner"] for row in mine) / len(mine))
+        counts = collections.Counter(row["rank"] for row in mine)
+        most.append(max(counts.values()))
+        least.append(min(counts.get(rank, 0) for rank in range(ranks)))
+    return {"dynamic_taken_fraction": float(np.median(taken)), "dynamic_tiles_most": int(np.median(most)),
+            "dynamic_tiles_least": int(np.median(least))}
+
+
 def _memory(s: dict) -> str:
     """``operands 54.0 + buffers 0.5 of 139.1 GiB free; peak 55.2``: the busiest device, in GiB."""
     gib = 2.0**30
@@ -241,6 +267,10 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
         rows.append(("GEMM operand order", s["gemm_order"]))
     if s.get("gemm_library_used", "numpy") != "numpy":  # what ran the GEMMs: only GPUs have a choice
         rows.append(("GEMM library", s["gemm_library_used"]))
+    if "dynamic_taken_fraction" in s:
+        rows.append(("tiles taken (dynamic)", f"{100 * s['dynamic_taken_fraction']:.1f} % of the tiles computed by a "
+                                              f"rank not their owner; {s['dynamic_tiles_least']}–"
+                                              f"{s['dynamic_tiles_most']} per rank"))
     if "memory_operand_bytes" in s:
         rows.append((f"memory ({s['memory_ranks']} rank(s)/device)", _memory(s)))
     rows += [

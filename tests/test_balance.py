@@ -37,7 +37,7 @@ def test_module_doctests():
 
 
 def test_modes():
-    assert MODES == ("share", "measured", "product", "none") and DEFAULT_MODE == "share"
+    assert MODES == ("share", "measured", "product", "dynamic", "none") and DEFAULT_MODE == "share"
 
 
 # -- share --------------------------------------------------------------------
@@ -133,7 +133,7 @@ def test_weights_for_each_mode():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: weights_for("fastest", ["a"]), "--balance='fastest': expected one of share, measured, product, none"),
+    (lambda: weights_for("fastest", ["a"]), "--balance='fastest': expected one of share, measured, product, dynamic, none"),
     (lambda: weights_for("measured", ["a", "b"]), "needs the measured GEMM rates"),
     (lambda: weights_for("measured", ["a", "b"], [1.0]), "1 GEMM rates for 2 ranks"),
     (lambda: share_weights([]), "no devices"),
@@ -239,3 +239,7 @@ def test_ranks_on_my_device_counts_this_rank():
     from hpcmm.balance import ranks_on_my_device
 
     assert ranks_on_my_device(MPI.COMM_SELF, CpuBackend(), "node0") == 1
+
+
+def test_dynamic_starts_each_rank_on_its_share():
+    assert weights_for("dynamic", ["a", "b", "a"]) == weights_for("share", ["a", "b", "a"]) == (0.5, 1.0, 0.5)

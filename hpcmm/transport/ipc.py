@@ -58,6 +58,10 @@ class PeerMemory(abc.ABC):
         """Copy ``nbytes`` from ``peer``'s buffer at ``offset`` into ``dst`` (on ``stream``)."""
 
     @abc.abstractmethod
+    def view(self, peer: int, nbytes: int):
+        """``peer``'s buffer (its first ``nbytes``) as a byte array this rank reads and writes in place."""
+
+    @abc.abstractmethod
     def export_events(self, count: int) -> None:
         """Collective: make ``count`` events of this rank that each peer can wait on."""
 
@@ -102,6 +106,9 @@ class ShmPeerMemory(PeerMemory):
 
     def pull(self, dst, peer: int, offset: int, nbytes: int, stream=None) -> None:
         dst[:nbytes] = self.views[peer][offset : offset + nbytes]
+
+    def view(self, peer: int, nbytes: int) -> np.ndarray:
+        return self.views[peer][:nbytes]
 
     def export_events(self, count: int) -> None:
         pass
@@ -161,6 +168,11 @@ class IpcPeerMemory(PeerMemory):
             return
         stream = stream if stream is not None else self.backend.comm_stream
         self.backend.copy_from_address(dst, self.peer_ptrs[peer] + offset, nbytes, stream)
+
+    def view(self, peer: int, nbytes: int):
+        if peer == self.intra.Get_rank():
+            return self.memory[:nbytes]
+        return self.backend.view_address(self.peer_ptrs[peer], nbytes)
 
     def export_events(self, count: int) -> None:
         self.events, handles = self.backend.exported_events(count, self.backend.comm_stream)

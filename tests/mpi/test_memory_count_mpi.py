@@ -35,6 +35,7 @@ CASES = {
     "grid-row": {"grid": (1, P)},
     "grid-column": {"grid": (P, 1), "prefetch": 2},
     "2.5d": {"algo": "2.5d:2", "ranks_per_node": P, "panel": 4},
+    "dynamic": {"balance": "dynamic", "panel": 9},
     "2.5d-nodes-of-2": {"algo": "2.5d:2", "ranks_per_node": 2, "prefetch": 0, "panel": 6},
 }
 

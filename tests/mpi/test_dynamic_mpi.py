@@ -1,0 +1,130 @@
+"""``--balance dynamic`` (hpcmm/dynamic.py): tiles handed out while the product runs.
+
+C is right (saved C against numpy in float64, poisoned blocks, uneven shapes, every type class,
+α and β) at any rank count; each product computes every tile exactly once; a rank that runs
+slow has its tiles taken by the others; and what dynamic cannot do is refused on every rank.
+
+Run: ``mpiexec -n 4 python -m pytest --with-mpi tests/mpi/test_dynamic_mpi.py``.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import h5py
+import pytest
+from test_run_mpi import COMM, P, RANK, config, everywhere, on_rank0, raised_everywhere, run_and_compare, shape
+
+import hpcmm
+from hpcmm.backend import CpuBackend, GpuBackend
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("kind", ["uneven", "tall", "wide", "shallow"])
+def test_dynamic_products_are_right(mpi_tmp_path, kind):
+    m, n, k = shape(kind)
+    run_and_compare(mpi_tmp_path, m=m, n=n, k=k, balance="dynamic", iters=2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "complex128", "bfloat16"])
+def test_dynamic_products_of_other_types(mpi_tmp_path, dtype):
+    m, n, k = 130 * P + 7, 41, 67
+    run_and_compare(mpi_tmp_path, m=m, n=n, k=k, dtype=dtype, balance="dynamic", seed=5)
+
+
+def test_dynamic_with_alpha_beta_and_ops(mpi_tmp_path):
+    result = hpcmm.run(config(mpi_tmp_path, m=97, n=53, k=71, balance="dynamic", alpha=-1.5, beta=0.75, op_a="T",
+                              verify="freivalds", save_c=False), comm=COMM)
+    everywhere(result.check.passed, f"residual {result.check.residual}")
+
+
+def _tiles(path):
+    with h5py.File(path, "r") as f:
+        return f["timings/tiles"][()], f["summary"].attrs["dynamic_taken_fraction"]
+
+
+def test_every_tile_is_computed_exactly_once_per_product(mpi_tmp_path):
+    cfg = config(mpi_tmp_path, m=300 * P + 11, n=45, k=120, balance="dynamic", iters=3, warmup=1, panel=32)
+    run_and_compare(mpi_tmp_path, m=cfg.m, n=cfg.n, k=cfg.k, balance="dynamic", iters=3, warmup=1, panel=32)
+
+    def check():
+        rows, _ = _tiles(cfg.out)
+        with h5py.File(cfg.out, "r") as f:
+            layout_cols = int(str(f["config"].attrs["grid"]).split("x")[1])
+        per_product = collections.defaultdict(list)
+        for row in rows:
+            per_product[int(row["product"])].append((int(row["owner"]), int(row["tile"])))
+        assert sorted(per_product) == [0, 1, 2]
+        for product, tiles in per_product.items():
+            assert len(tiles) == len(set(tiles)), f"product {product}: a tile computed twice"
+            owners = collections.Counter(owner for owner, _ in tiles)
+            assert owners == {rank: 8 for rank in range(P)}, owners  # 300 rows per block: 8 tiles each
+            covered = collections.defaultdict(int)
+            for row in rows[rows["product"] == product]:
+                covered[int(row["owner"])] += int(row["row1"] - row["row0"])
+            assert sum(covered.values()) == cfg.m * layout_cols, covered  # every row of every block, once
+
+    on_rank0(check)
+
+
+@pytest.mark.timeout(300)  # a hang guard
+def test_the_tiles_of_a_slow_rank_are_taken_by_the_others(mpi_tmp_path, monkeypatch):
+    """Rank 0's GEMMs take a second each; the other ranks finish theirs at once, then take rank 0's tiles."""
+    if P < 2:
+        pytest.skip("needs 2 ranks")
+    if RANK == 0:
+        for backend in (CpuBackend, GpuBackend):
+            real = backend.gemm
+
+            def slow(self, *args, real=real, **kwargs):
+                time.sleep(1.0)
+                return real(self, *args, **kwargs)
+
+            monkeypatch.setattr(backend, "gemm", slow)
+    cfg = config(mpi_tmp_path, m=64 * P, n=24, k=16, balance="dynamic", iters=1, warmup=0, panel=16,
+                 verify="full", save_c=False)
+    result = hpcmm.run(cfg, comm=COMM)
+    everywhere(result.check.passed, f"residual {result.check.residual}")
+
+    def check():
+        rows, taken = _tiles(cfg.out)
+        by_rank = collections.Counter(int(r["rank"]) for r in rows)
+        own_tiles = sum(1 for r in rows if int(r["owner"]) == 0)
+        assert own_tiles >= 2, own_tiles  # its block has 64 rows or more: tiles of 32
+        # Rank 0 runs its first tile (a second or more); the others, done with theirs at once, take at
+        # least one of the rest (how many depends on how fast they get there: not pinned).
+        taken_from_0 = sum(1 for r in rows if int(r["owner"]) == 0 and int(r["rank"]) != 0)
+        assert by_rank[0] < own_tiles and taken_from_0 >= 1 and by_rank[0] + taken_from_0 >= own_tiles, by_rank
+        assert taken > 0
+
+    on_rank0(check)
+
+
+def test_dynamic_refuses_several_nodes_and_2_5d(mpi_tmp_path):
+    if P >= 2:
+        message = raised_everywhere(lambda: hpcmm.run(config(mpi_tmp_path, m=20, n=20, k=20, balance="dynamic",
+                                                             ranks_per_node=1), comm=COMM, write=False))
+        assert message == ("--balance dynamic: the ranks span several nodes; it balances the ranks of one node "
+                           "(use share, measured or product)"), message
+    if P % 2 == 0:
+        message = raised_everywhere(lambda: hpcmm.run(config(mpi_tmp_path, m=20, n=20, k=20, balance="dynamic",
+                                                             algo="2.5d:2"), comm=COMM, write=False))
+        assert message == "--balance dynamic runs summa, not 2.5d:2: pass --algo summa", message
+
+
+def test_the_library_plans_and_executes_dynamic_products():
+    """``hpcmm.Matmul`` with ``MatmulOptions(balance="dynamic")``: executes many times, each right."""
+    import numpy as np
+
+    m, n, k = 83 * P + 5, 37, 61
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    with hpcmm.Matmul(COMM, m, n, k, "float64", options=hpcmm.MatmulOptions(balance="dynamic", device="cpu")) as mm:
+        plan = mm.plan()
+        assert plan.balance == "dynamic" and plan.prefetch == 0
+        lay = mm.layout
+        for scale in (1.0, -2.0):
+            c = mm.execute(lay.block("A", RANK, a * scale), lay.block("B", RANK, b))
+            np.testing.assert_allclose(c, lay.block("C", RANK, (a * scale) @ b), rtol=1e-12, atol=1e-10)
