@@ -46,6 +46,7 @@ import numpy as np
 from .algorithms import Step, panel_candidates, prefetch_of, rank_plan, ring_depth, step_order
 from .balance import ranks_per_device
 from .config import RunConfig
+from .dtypes import numpy_dtype
 from .errors import InputError, agree, collective_setup, raised_everywhere
 from .gemm_orders import gemm_order, label, relaid, scratch_slots
 from .layout import Layout, padded
@@ -232,7 +233,7 @@ class Engine:
     def __init__(self, topo, backend, layout: Layout, config: RunConfig, cuda_aware: bool,
                  c_storage=None) -> None:
         self.topo, self.backend, self.layout = topo, backend, layout
-        self.dtype = np.dtype(config.dtype)
+        self.dtype = numpy_dtype(config.dtype)
         self.tf32, self.record_timeline = config.tf32, config.timeline
         self.prefetch = prefetch_of(config, backend.on_gpu)
         # The engine's own ring: which GEMM last read each panel slot (a channel may keep more).

@@ -37,6 +37,7 @@ from mpi4py import MPI
 from .algorithms import panel_candidates, prefetch_of, ring_depth
 from .algorithms.layers import LayeredLayout, Layers
 from .config import RunConfig
+from .dtypes import numpy_dtype
 from .engine import Engine, IterationTimes, check_memory, gpus_shared, memory_needed, widest_fitting
 from .errors import InputError, agree, collective_setup, raised_everywhere
 from .gemm_orders import gemm_order, scratch_slots
@@ -89,7 +90,7 @@ class LayeredEngine:
                  cuda_aware: bool) -> None:
         m, n, k = shape
         self.topo, self.backend, self.layers = topo, backend, layers
-        self.dtype = np.dtype(config.dtype)
+        self.dtype = numpy_dtype(config.dtype)
         self.layer = layers.layer(topo.rank)
         self.layer_rank = layers.layer_rank(topo.rank)
         self.members = layers.members(self.layer)
