@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import BFLOAT16, host_matmul
+from .dtypes import host_matmul, is_bfloat16
 from .errors import InputError
 
 __all__ = ["Backend", "CpuBackend", "GpuBackend", "gpu_count", "host_memory", "make_backend", "orders"]
@@ -368,12 +368,12 @@ class CpuBackend(Backend):
     def gemm(self, a, b, c, accumulate: bool, stream=None, tf32: bool = False) -> None:
         if c.size == 0:
             return
-        if c.dtype == BFLOAT16:
+        if is_bfloat16(c.dtype):
             # numpy has no bfloat16 GEMM: a float32 one, C added in float32, one rounding to bfloat16.
             product = host_matmul(a, b)
             if accumulate:
                 product += c.astype(np.float32)
-            c[...] = product.astype(BFLOAT16)
+            c[...] = product.astype(c.dtype)
             return
         if not accumulate:
             np.matmul(a, b, out=c)

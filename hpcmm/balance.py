@@ -46,6 +46,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .config import BALANCE_MODES, DEFAULT_BALANCE
+from .dtypes import numpy_dtype
 from .errors import collective
 from .summary import product_flops
 
@@ -255,6 +256,7 @@ def gemm_rate(backend, dtype: str, size: int = 2048, window: float = 0.25, batch
     if size < 1 or batch < 1 or not window > 0:
         raise ValueError(f"GEMM timing needs positive size, window and batch, not {size}, {window}, {batch}")
     rng = np.random.default_rng(seed)
+    dtype = numpy_dtype(dtype)
     a = backend.from_host(np.asfortranarray(rng.standard_normal((size, size)).astype(dtype)), order="F")
     b = backend.from_host(rng.standard_normal((size, size)).astype(dtype), order="C")
     c = backend.empty((size, size), dtype, order="C")

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .dtypes import BFLOAT16, numpy_dtype
+from .dtypes import is_bfloat16, numpy_dtype
 from .gemm_orders import STORED
 
 __all__ = ["Candidate", "best_index", "candidates", "combine", "measure_candidates"]
@@ -83,7 +83,7 @@ def candidates(on_gpu: bool, gemm_order: str = STORED) -> list[Candidate]:
 def _uniform(gen, shape, dtype):
     """Uniform in [-1, 1) with every mantissa bit random; complex: both parts (as hpcmm's inputs)."""
     values = gen.random(shape, dtype=np.float64) * 2 - 1
-    if np.dtype(dtype).kind == "c":
+    if numpy_dtype(dtype).kind == "c":
         values = values + 1j * (gen.random(shape, dtype=np.float64) * 2 - 1)
     return values.astype(dtype)
 
@@ -194,7 +194,7 @@ def measure_candidates(backend, case, warmup: int = 1, repeats: int = 3, timer: 
                     continue
                 cand = cands[i]
                 try:
-                    if cand.call == "matmul" and not backend.on_gpu and dtype == BFLOAT16:
+                    if cand.call == "matmul" and not backend.on_gpu and is_bfloat16(dtype):
                         raise _Skip("numpy has no bfloat16 GEMM")
                     switch = _cupy_tf32(case.tf32 and cand.call == "matmul") if backend.on_gpu \
                         else contextlib.nullcontext()

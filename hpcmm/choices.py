@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 from mpi4py import MPI
 
 from .algorithms import Step, panel_candidates, prefetch_of, rank_plan, ring_depth, step_order
 from .algorithms.layers import LayeredLayout, Layers
 from .balance import ranks_per_device
 from .config import RunConfig
+from .dtypes import numpy_dtype
 from .errors import InputError, agree
 from .gemm_orders import gemm_order, label, scratch_slots
 from .grid_orientation import facing
@@ -286,7 +286,7 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
     InputError
         On every rank: a panel wider than k, or blocks and panels that do not fit.
     """
-    itemsize = np.dtype(config.dtype).itemsize
+    itemsize = numpy_dtype(config.dtype).itemsize
     prefetch = prefetch_of(config, backend.on_gpu)
     order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
     slots = ring_depth(prefetch, spans_nodes=topo.vnode_count > 1)
@@ -315,7 +315,7 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
         return memory_needed(other, rank, itemsize, min(panel, k), slots_of[rank], relayout)
 
     device_bytes = check_memory(topo, backend, needed(panel),
-                                f"problem m={layout.m}, n={layout.n}, k={layout.k} {np.dtype(config.dtype).name}",
+                                f"problem m={layout.m}, n={layout.n}, k={layout.k} {numpy_dtype(config.dtype).name}",
                                 need_at, (layout.m, layout.n, layout.k))
     # own-first where every panel is a one-sided pull (one node); common where broadcasts need one order.
     order_of_steps = step_order(config.step_order, topo.vnode_count)
@@ -348,7 +348,7 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
         On every rank: a panel wider than a layer's k, or what does not fit.
     """
     m, n, k = shape
-    dtype = np.dtype(config.dtype)
+    dtype = numpy_dtype(config.dtype)
     shared = gpus_shared(topo, backend)
     face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, topo.vnode_count, shared,
                   layers.layer_size, n)

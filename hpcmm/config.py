@@ -438,6 +438,11 @@ class RunConfig:
                 parse_positive_int(f"--{name}", value)
         if self.dtype not in DTYPES:
             raise InputError(f"--dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if self.dtype == "bfloat16":
+            # ml_dtypes only where bfloat16 is used: numpy knows np.dtype("bfloat16") from here on.
+            from .dtypes import bfloat16  # noqa: PLC0415
+
+            bfloat16()
         if self.device not in DEVICES:
             raise InputError(f"--device={self.device!r}: expected one of {', '.join(DEVICES)}")
         if self.verify not in VERIFY_MODES:

@@ -1,9 +1,18 @@
 """bfloat16: the element type numpy lacks, how the host multiplies it, how files hold it.
 
 numpy has no bfloat16; ``ml_dtypes`` gives it one (``np.dtype("bfloat16")``
-resolves once this module is imported, which is why the modules that handle
-element types import it).  cupy (14 and later) takes the same dtype for its
-arrays and cuBLAS (``CUDA_R_16BF``).
+resolves once ml_dtypes is imported).  cupy (14 and later) takes the same
+dtype for its arrays and cuBLAS (``CUDA_R_16BF``).
+
+Importing ml_dtypes takes the better part of a second (it builds its types
+and their ufuncs), so this module imports it only where bfloat16 is used:
+:func:`bfloat16` (and :data:`BFLOAT16`, its value), :func:`numpy_dtype` of
+``"bfloat16"``, :func:`from_storage` of a dataset marked bfloat16.  A run,
+a Matmul or a bench case of ``bfloat16`` calls :func:`bfloat16` when its
+type is checked (:class:`~hpcmm.config.RunConfig`), so that numpy knows the
+name from then on; float64 runs, ``model``, ``report`` of a float file and
+``info`` never load it.  :func:`is_bfloat16` answers without loading it: no
+bfloat16 array or dtype exists before ml_dtypes is imported.
 
 Three things bfloat16 needs that the other types get for free:
 
@@ -21,9 +30,10 @@ Three things bfloat16 needs that the other types get for free:
 * **MPI.**  mpi4py cannot name an MPI datatype for it; hpcmm's transports
   move bytes, so nothing there changes.
 
->>> np.dtype("bfloat16") is BFLOAT16
+>>> kind = bfloat16()
+>>> np.dtype("bfloat16") is kind
 True
->>> stored = to_storage(np.array([1.5, -2.0], dtype=BFLOAT16))
+>>> stored = to_storage(np.array([1.5, -2.0], dtype=kind))
 >>> stored.dtype.name, stored.tolist()
 ('uint16', [16320, 49152])
 >>> from_storage(stored, {TYPE_ATTRIBUTE: "bfloat16"}).astype(np.float32).tolist()
@@ -32,27 +42,49 @@ True
 
 from __future__ import annotations
 
-import ml_dtypes
+import sys
+
 import numpy as np
 
-__all__ = ["BFLOAT16", "TYPE_ATTRIBUTE", "from_storage", "host_matmul", "is_bfloat16", "numpy_dtype",
+__all__ = ["BFLOAT16", "TYPE_ATTRIBUTE", "bfloat16", "from_storage", "host_matmul", "is_bfloat16", "numpy_dtype",
            "read_dataset", "storage_attributes", "storage_dtype", "to_storage"]
 
-#: numpy's bfloat16 (ml_dtypes); ``np.dtype("bfloat16")`` is this dtype.
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+#: numpy's bfloat16 (ml_dtypes); ``np.dtype("bfloat16")`` is this dtype.  Bound on first use
+#: (:func:`bfloat16`, through the module's ``__getattr__``): importing this module loads no ml_dtypes.
+BFLOAT16: np.dtype
 #: Attribute of a dataset stored as raw bits, naming the type its bits hold.
 TYPE_ATTRIBUTE = "element_type"
 #: The integer type whose bits a bfloat16 dataset holds.
 _BITS = np.dtype(np.uint16)
 
 
+def bfloat16() -> np.dtype:
+    """numpy's bfloat16 (ml_dtypes, imported on the first call); ``np.dtype("bfloat16")`` is it from then on."""
+    kind = globals().get("BFLOAT16")
+    if kind is None:
+        import ml_dtypes  # noqa: PLC0415 - only where bfloat16 is used: the import costs most of a second
+
+        kind = globals()["BFLOAT16"] = np.dtype(ml_dtypes.bfloat16)
+    return kind
+
+
+def __getattr__(name: str):
+    if name == "BFLOAT16":
+        return bfloat16()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def numpy_dtype(name) -> np.dtype:
-    """The numpy dtype of a type name (``bfloat16`` included)."""
-    return BFLOAT16 if str(name) == "bfloat16" else np.dtype(name)
+    """The numpy dtype of a type name (``bfloat16`` included: ml_dtypes is imported for it)."""
+    return bfloat16() if str(name) == "bfloat16" else np.dtype(name)
 
 
 def is_bfloat16(dtype) -> bool:
-    return np.dtype(dtype) == BFLOAT16
+    """Whether ``dtype`` (a dtype, a type or a name) is bfloat16; loads no ml_dtypes to say no."""
+    if isinstance(dtype, str):
+        return dtype == "bfloat16"
+    # Before ml_dtypes is imported no bfloat16 dtype, type or array exists.
+    return "ml_dtypes" in sys.modules and np.dtype(dtype) == bfloat16()
 
 
 def storage_dtype(dtype) -> np.dtype:
@@ -75,7 +107,7 @@ def from_storage(data: np.ndarray, attrs) -> np.ndarray:
     kind = attrs.get(TYPE_ATTRIBUTE, "")
     kind = kind.decode() if isinstance(kind, bytes) else str(kind)
     if kind == "bfloat16" and data.dtype == _BITS:
-        return data.view(BFLOAT16)
+        return data.view(bfloat16())
     return data
 
 

@@ -29,6 +29,7 @@ from mpi4py import MPI
 
 from .choices import EngineChoices
 from .config import RunConfig
+from .dtypes import numpy_dtype
 from .engine import IterationTimes, copy_in
 from .errors import collective_setup, raised_everywhere
 from .layout import Layout, padded
@@ -66,7 +67,7 @@ class DynamicEngine:
     def __init__(self, topo, backend, layout: Layout, choices: EngineChoices, config: RunConfig,
                  cuda_aware: bool) -> None:
         self.topo, self.backend, self.layout, self.choices = topo, backend, layout, choices
-        self.dtype = np.dtype(config.dtype)
+        self.dtype = numpy_dtype(config.dtype)
         self.tf32, self.record_timeline = config.tf32, config.timeline
         self.panel, self.panel_auto, self.prefetch, self.ring = choices.panel, choices.panel_auto, 0, 1
         self.gemm_order, self.step_order = choices.gemm_order, choices.step_order

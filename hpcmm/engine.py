@@ -46,6 +46,7 @@ import numpy as np
 from .algorithms import Step
 from .choices import EngineChoices
 from .config import RunConfig
+from .dtypes import numpy_dtype
 from .errors import collective_setup, raised_everywhere
 from .gemm_orders import relaid
 from .layout import Layout, padded
@@ -129,7 +130,7 @@ class Engine:
     def __init__(self, topo, backend, layout: Layout, choices: EngineChoices, config: RunConfig, cuda_aware: bool,
                  c_storage=None) -> None:
         self.topo, self.backend, self.layout, self.choices = topo, backend, layout, choices
-        self.dtype = np.dtype(config.dtype)
+        self.dtype = numpy_dtype(config.dtype)
         self.tf32, self.record_timeline = config.tf32, config.timeline
         self.prefetch, self.ring, self.panel, self.panel_auto = (choices.prefetch, choices.ring, choices.panel,
                                                                 choices.panel_auto)

@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from .dtypes import BFLOAT16, read_dataset, stored_type
+from .dtypes import is_bfloat16, numpy_dtype, read_dataset, stored_type
 from .errors import InputError
 
 __all__ = ["TILE", "MatrixSource", "generate_block", "open_source"]
@@ -56,7 +56,7 @@ def generate_block(seed: int, which: str, shape, rows, cols, dtype) -> np.ndarra
     >>> np.array_equal(generate_block(1, "A", (5, 3), (2, 4), (1, 3), np.float64), full[2:4, 1:3])
     True
     """
-    dtype = np.dtype(dtype)
+    dtype = numpy_dtype(dtype)
     r0, r1 = rows
     c0, c1 = cols
     out = np.empty((r1 - r0, c1 - c0), dtype=dtype)
@@ -191,7 +191,7 @@ def open_source(flag: str, path: str, dataset: str | None) -> MatrixSource:
         raise InputError(f"{label}: expected a 2-D matrix, found shape {tuple(shape)}")
     if 0 in shape:
         raise InputError(f"{label}: empty matrix of shape {tuple(shape)}")
-    if dtype.kind not in _SUPPORTED_KINDS + "iu" and dtype != BFLOAT16:
+    if dtype.kind not in _SUPPORTED_KINDS + "iu" and not is_bfloat16(dtype):
         raise InputError(f"{label}: unsupported element type {dtype} (expected float, complex or int)")
     return MatrixSource(flag, path, dataset, (int(shape[0]), int(shape[1])), str(dtype))
 

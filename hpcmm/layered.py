@@ -36,6 +36,7 @@ import numpy as np
 from .algorithms.layers import LayeredLayout, Layers
 from .choices import EngineChoices
 from .config import RunConfig
+from .dtypes import numpy_dtype
 from .engine import Engine, IterationTimes
 from .errors import collective_setup, raised_everywhere
 from .layout import Grid
@@ -81,7 +82,7 @@ class LayeredEngine:
     def __init__(self, topo: Topology, backend, config: RunConfig, layers: Layers, grid: Grid,
                  layout: LayeredLayout, choices: EngineChoices, cuda_aware: bool) -> None:
         self.topo, self.backend, self.layers, self.choices = topo, backend, layers, choices
-        self.dtype = np.dtype(config.dtype)
+        self.dtype = numpy_dtype(config.dtype)
         self.layer = layers.layer(topo.rank)
         self.layer_rank = layers.layer_rank(topo.rank)
         self.members = layers.members(self.layer)

@@ -32,6 +32,7 @@ from mpi4py import MPI
 from .assemble import Semantics, assembled
 from .config import DTYPES
 from .distribution import OPERANDS, Layout
+from .dtypes import numpy_dtype
 from .engine import copy_in
 from .errors import InputError, agree, collective
 from .operands import apply_op, check, to_host, view
@@ -71,7 +72,7 @@ def _check_problem(m, n, k, dtype, alpha, beta, op_a, op_b) -> str:
     name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
     if name not in DTYPES:
         raise InputError(f"dtype={name!r}: expected one of {', '.join(DTYPES)}")
-    complex_type = np.dtype(name).kind == "c"
+    complex_type = numpy_dtype(name).kind == "c"  # bfloat16: ml_dtypes, numpy learns the name
     for label, value in (("alpha", alpha), ("beta", beta)):
         if isinstance(value, bool) or not isinstance(value, numbers.Number) or not np.isfinite(complex(value)):
             raise InputError(f"{label}={value!r}: expected a finite number")
@@ -116,7 +117,7 @@ class Matmul:
         self._parts = None
         self._plan: Plan | None = None
         with collective(comm):  # a bad argument on one rank fails every rank, never a hang
-            self.dtype = np.dtype(_check_problem(m, n, k, dtype, alpha, beta, op_a, op_b))
+            self.dtype = numpy_dtype(_check_problem(m, n, k, dtype, alpha, beta, op_a, op_b))
             self.m, self.n, self.k = int(m), int(n), int(k)
             self.alpha = complex(alpha) if self.dtype.kind == "c" else float(alpha)
             self.beta = complex(beta) if self.dtype.kind == "c" else float(beta)

@@ -27,6 +27,7 @@ from .assemble import Semantics, assembled
 from .backend import host_memory
 from .clock import SharedClock, product_window
 from .config import RunConfig
+from .dtypes import numpy_dtype
 from .dynamic import DynamicEngine
 from .engine import PHASES, Engine, IterationTimes
 from .errors import InputError, VerificationError, agree, collective
@@ -115,7 +116,7 @@ def _check_before_work(comm, config: RunConfig, write: bool) -> tuple[MatrixSour
                 b = open_source("--b", *config.b)
                 check_pair(a, b, config.op_a, config.op_b)
                 for src in (a, b):
-                    if np.dtype(src.dtype).kind == "c" and np.dtype(config.dtype).kind != "c":
+                    if numpy_dtype(src.dtype).kind == "c" and numpy_dtype(config.dtype).kind != "c":
                         raise InputError(f"{src.flag}={src.label} holds {src.dtype}: complex input needs "
                                          f"a complex --dtype, not --dtype={config.dtype}")
                 sources = (a, b)
@@ -258,7 +259,7 @@ def _nonfinite_report(comm, layout, rank, blocks, sources, dtype: str) -> str | 
     labels = {"A": ("A", ""), "B": ("B", "")}
     if sources is not None:
         # A value may be finite on disk and beyond the range of --dtype: say so.
-        labels = {s.flag[-1].upper(): (f"{s.flag}={s.label}", "" if np.dtype(s.dtype) == np.dtype(dtype)
+        labels = {s.flag[-1].upper(): (f"{s.flag}={s.label}", "" if numpy_dtype(s.dtype) == numpy_dtype(dtype)
                                        else f" as --dtype={dtype}") for s in sources}
     parts = [f"{labels[n][0]}: {c} non-finite value(s){labels[n][1]}, first at ({p[0]}, {p[1]})"
              for n, (c, p) in sorted(totals.items())]

@@ -50,7 +50,7 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from . import dtypes  # noqa: F401 - numpy learns the name "bfloat16"
+from .dtypes import numpy_dtype
 from .errors import InputError
 
 __all__ = ["Check", "Product", "check_full_size", "detectable", "freivalds", "freivalds_tolerance", "full_check",
@@ -224,7 +224,7 @@ def sign_vectors(seed: int, n: int, count: int = 1 + NORM_PROBES) -> np.ndarray:
 
 
 def _wide(dtype) -> type:
-    return np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+    return np.complex128 if numpy_dtype(dtype).kind == "c" else np.float64
 
 
 def _matmul(backend, block, right: np.ndarray, squared: bool = False, rows_per_chunk: int = 4096):
@@ -334,7 +334,7 @@ def check_full_size(m: int, n: int, k: int, dtype) -> None:
     InputError
         With the bytes needed and the limit.
     """
-    need = 8 * (m * k + k * n + 3 * m * n) * (2 if np.dtype(dtype).kind == "c" else 1)
+    need = 8 * (m * k + k * n + 3 * m * n) * (2 if numpy_dtype(dtype).kind == "c" else 1)
     if need > FULL_CHECK_LIMIT:
         raise InputError(
             f"--verify=full needs {need / 2**30:.1f} GiB on rank 0 for m={m}, n={n}, k={k} "

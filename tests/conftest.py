@@ -13,7 +13,9 @@ one-line error).  Where no ``--timeout`` was given, a test may take :data:`DEFAU
 install packages and start daemons, :data:`SLURM_TIMEOUT`; MPI tests
 :data:`MPI_TIMEOUT`).  Under MPI the limit ends the process from a watchdog
 thread: a rank blocked inside an MPI call never returns to Python to see a
-signal, and the launcher then ends the other ranks.
+signal, and the launcher then ends the other ranks.  These are hang guards of minutes
+(tests/hang_guards.py); what a test's work is held to is derived from what it starts
+(tests/test_reliability_budget.py), so that a loaded machine does not break it.
 """
 
 from __future__ import annotations
@@ -23,9 +25,7 @@ from pathlib import Path
 
 import pytest
 
-DEFAULT_TIMEOUT = 600
-SLURM_TIMEOUT = 1800
-MPI_TIMEOUT = 120
+from hang_guards import DEFAULT_TIMEOUT, MPI_TIMEOUT, SLURM_TIMEOUT
 
 _MPI_DIR = Path(__file__).resolve().parent / "mpi"
 

@@ -1,4 +1,4 @@
-"""Starting ``mpiexec`` jobs from tests: which launcher, which environment, a hard time limit."""
+"""Starting ``mpiexec`` jobs from tests: which launcher, which environment, a hang guard."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -48,14 +50,50 @@ def quiet_environment() -> dict[str, str]:
     return env
 
 
-def run_launcher(cmd: list[str], limit: float, cwd: Path = REPO, env=None) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in a process group of its own; on timeout, kill the whole group and fail.
+def run_launcher(cmd: list[str], limit: float | None, cwd: Path = REPO, env=None,
+                 stall: float | None = None) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in a process group of its own; on a hang, kill the whole group and fail.
+
+    A hang is ``limit`` seconds in all (``None``: no such limit), or, with ``stall``,
+    ``stall`` seconds in which the job printed nothing: a job that reports as it goes
+    (a line per case, per product, per test) is judged by its progress, which a loaded
+    machine slows but does not stop, not by its total time.
 
     Returns
     -------
     subprocess.CompletedProcess
         With stdout and stderr merged into ``stdout``.
     """
+    if stall is None:
+        return _run_for(cmd, limit, cwd, env)
+    with tempfile.TemporaryFile("w+b") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env if env is not None else quiet_environment(),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        started = heard = time.monotonic()
+        size = 0
+        why = None
+        while proc.poll() is None:
+            time.sleep(0.2)
+            now, grown = time.monotonic(), os.fstat(log.fileno()).st_size
+            if grown != size:
+                size, heard = grown, now
+            if now - heard > stall:
+                why = f"printed nothing for {stall:.0f} s"
+            elif limit is not None and now - started > limit:
+                why = f"did not finish in {limit} s"
+            if why is not None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                break
+        log.seek(0)
+        out = log.read().decode(errors="replace")
+    if why is not None:
+        pytest.fail(f"{' '.join(cmd)} {why}; its output:\n{out[-20000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+
+
+def _run_for(cmd: list[str], limit: float | None, cwd: Path, env) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(cmd, cwd=cwd, env=env if env is not None else quiet_environment(),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)

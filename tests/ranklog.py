@@ -145,8 +145,15 @@ class Job:
             pytest.fail(f"the job did not end within {limit} s\n{outcome.describe()}")
         return Outcome(rc, time.monotonic() - t0, self.logs, self.err_path.read_text(errors="replace"))
 
-    def rank_pid(self, rank: int, limit: float = 60.0) -> int:
-        """The pid of ``rank`` (a descendant of the launcher whose environment names it)."""
+    def rank_pid(self, rank: int, limit: float | None = None) -> int:
+        """The pid of ``rank`` (a descendant of the launcher whose environment names it).
+
+        ``limit``: the hang guard (default: test_reliability_budget.hang_within()).
+        """
+        if limit is None:
+            from test_reliability_budget import hang_within  # noqa: PLC0415 - it imports this module
+
+            limit = hang_within()
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             for pid in descendants(self.proc.pid):

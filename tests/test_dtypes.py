@@ -7,6 +7,9 @@ The same products at 1–4 ranks, over the shm and mpi paths, run in
 from __future__ import annotations
 
 import doctest
+import json
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -18,6 +21,8 @@ from hpcmm.config import DTYPES, RunConfig
 from hpcmm.dtypes import BFLOAT16, TYPE_ATTRIBUTE, read_dataset, storage_dtype, to_storage
 from hpcmm.inputs import generate_block, open_source
 from hpcmm.verify import tolerance
+
+import ranklog
 
 
 def test_module_doctests():
@@ -102,3 +107,72 @@ def test_generated_bfloat16_is_the_rounded_float64_draw():
     narrow = generate_block(4, "B", (1500, 9), (0, 1500), (0, 9), "bfloat16")
     assert np.array_equal(narrow.view(np.uint16), wide.astype(BFLOAT16).view(np.uint16))
     assert len(np.unique(narrow.astype(np.float64))) > 200  # random, not zeros
+
+
+#: Runs hpcmm's command line once per argument list in one process; prints, for each, its exit
+#: status and whether ml_dtypes was imported by then (then whether reading the file of argv[2]'s C
+#: gives bfloat16, and whether that imported it).
+_COMMANDS = """
+import json, sys
+import hpcmm.cli
+steps = []
+for argv in json.loads(sys.argv[1]):
+    try:
+        status = hpcmm.cli.main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    steps.append([argv[0], status, "ml_dtypes" in sys.modules])
+if sys.argv[2]:
+    import h5py
+    from hpcmm.dtypes import read_dataset
+    with h5py.File(sys.argv[2], "r") as f:
+        steps.append(["read C", str(read_dataset(f["result/C"]).dtype), "ml_dtypes" in sys.modules])
+print(json.dumps(steps))
+"""
+
+
+def _commands(tmp_path, commands, read_c=""):
+    proc = subprocess.run([sys.executable, "-c", _COMMANDS, json.dumps(commands), read_c], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path, env=ranklog.environment())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_ml_dtypes_is_imported_only_where_bfloat16_is_used(tmp_path):
+    """float64 runs, --help, model, report and info never import ml_dtypes (most of a second to load);
+    a bfloat16 run does, and its C is written and read back as bfloat16."""
+    small = ["--m", "24", "--n", "20", "--k", "16", "--device", "cpu", "--save-c", "--verify", "full", "--quiet"]
+    bf16 = str(tmp_path / "bf16.h5")
+    assert _commands(tmp_path, [["run", *small, "--dtype", "bfloat16", "--out", bf16]]) == [["run", 0, True]]
+    f64 = str(tmp_path / "f64.h5")
+    steps = _commands(tmp_path, [
+        ["--help"], ["--version"], ["run", "--help"], ["bench", "--help"],
+        ["run", *small, "--out", f64],
+        ["report", f64], ["report", bf16],
+        ["model", "predict", "--m", "4096", "--ranks", "4"],
+        ["model", "predict", "--m", "4096", "--ranks", "4", "--dtype", "bfloat16"],
+        ["info", "--device", "cpu"],
+    ], read_c=bf16)
+    *light, read = steps
+    assert all(status == 0 and not loaded for _, status, loaded in light), light
+    assert read == ["read C", "bfloat16", True]
+
+
+def test_bfloat16_name_is_known_once_a_config_names_it():
+    """A RunConfig (and so --dtype bfloat16, a bench case) of bfloat16 makes np.dtype("bfloat16") resolve."""
+    code = ("import sys, numpy as np; from hpcmm.config import RunConfig; from hpcmm import dtypes; "
+            "before = 'ml_dtypes' in sys.modules; RunConfig(dtype='float32'); light = 'ml_dtypes' in sys.modules; "
+            "RunConfig(dtype='bfloat16'); print(before, light, np.dtype('bfloat16') is dtypes.BFLOAT16, "
+            "dtypes.is_bfloat16(np.float32), dtypes.is_bfloat16('bfloat16'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=ranklog.REPO, check=True).stdout.strip()
+    assert out == "False False True False True", out
+
+
+def test_is_bfloat16_says_no_without_ml_dtypes():
+    code = ("import sys, numpy as np; from hpcmm import dtypes; "
+            "print([dtypes.is_bfloat16(t) for t in (np.float64, np.dtype('float16'), 'float32', np.uint16)], "
+            "dtypes.numpy_dtype('float16'), 'ml_dtypes' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=ranklog.REPO, check=True).stdout.strip()
+    assert out == "[False, False, False, False] float16 False", out

@@ -22,10 +22,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hang_guards import MPI_TIMEOUT
 from launcher import mpiexec_or_skip, run_launcher
+from test_reliability_budget import quiet_within
 
-#: Seconds one whole MPI run of tests/mpi may take before it is killed.
-LIMIT = 480
+#: The backstop of one whole MPI run of tests/mpi (pytest-timeout).  The run's own hang guard is
+#: its progress: pytest prints a mark per test, and a run silent for longer than one test's
+#: limit (MPI_TIMEOUT, after which that test's watchdog ends it) plus a few launches is ended.
+BACKSTOP = 3600
 
 
 def rank_report(path: Path) -> tuple[dict[str, int], list[str]]:
@@ -69,7 +73,7 @@ def suite_verdict(directory: Path, ranks: int) -> list[str]:
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
-@pytest.mark.timeout(LIMIT + 60)
+@pytest.mark.timeout(BACKSTOP)
 def test_mpi_suite(ranks, tmp_path):
     mpiexec = mpiexec_or_skip()
     try:
@@ -78,7 +82,7 @@ def test_mpi_suite(ranks, tmp_path):
         pytest.skip("pytest-mpi is not installed (pip install -e '.[test]')")
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "pytest", "--with-mpi", "-q",
            "-p", "no:cacheprovider", "tests/mpi", "--junit-per-rank", str(tmp_path)]
-    proc = run_launcher(cmd, LIMIT)
+    proc = run_launcher(cmd, None, stall=MPI_TIMEOUT + quiet_within())
     problems = suite_verdict(tmp_path, ranks)
     assert not problems, "\n\n".join(problems) + f"\n\nlauncher output (last part):\n{proc.stdout[-8000:]}"
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-20000:]}"

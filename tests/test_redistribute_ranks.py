@@ -36,7 +36,7 @@ class _Receive:
 
     def complete(self):
         with self.box.arrived:
-            assert self.box.arrived.wait_for(lambda: self.box.messages.get(self.key), timeout=2), self.key
+            assert self.box.arrived.wait_for(lambda: self.box.messages.get(self.key), timeout=60), self.key
             data = self.box.messages[self.key].pop(0)
         assert data.size == self.buffer.size, (self.key, data.size, self.buffer.size)
         self.buffer[...] = data
@@ -96,7 +96,7 @@ def _run(whole, source, target, outs=None):
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(10)
+        thread.join(120)
     assert not any(thread.is_alive() for thread in threads), "a rank did not finish"
     if errors:
         raise errors[0]

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from launcher import mpiexec_or_skip, quiet_environment
 from ranklog import RUNNER, descendants, kill_tree, rank_of, runner_argv
-from test_reliability_budget import end_within
+from test_reliability_budget import end_within, hang_within, within
 
 ROOT = Path(__file__).resolve().parents[1]
 # How long a job may take to end once a rank is gone or a signal is sent, and to reach the point
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def start_within() -> float:
-    return 2 * end_within()
+    return hang_within()
 
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -103,9 +103,9 @@ class Job:
         """Wait for the job to end; its exit status and the seconds it took from now."""
         t0 = time.monotonic()
         try:
-            rc = self.proc.wait(timeout=end_within())
+            rc = self.proc.wait(timeout=hang_within())
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"the job did not end within {end_within()} s:\n{self.stderr()}") from None
+            raise AssertionError(f"the job did not end within {hang_within()} s:\n{self.stderr()}") from None
         return rc, time.monotonic() - t0
 
     def pid_of(self, target: str) -> int:
@@ -120,8 +120,12 @@ class Job:
         assert self.no_partials() == []
 
     def no_partials(self) -> list[str]:
-        """Partial files once the guard of a killed writer has had time to act (should be [])."""
-        deadline = time.monotonic() + 10
+        """Partial files once the guard of a killed writer has had time to act (should be []).
+
+        The guard acts when its pipe closes; how soon a loaded machine runs it is the launcher's
+        business, so the wait ends as soon as the files are gone, at the latest after the time a
+        job that fails may take to end."""
+        deadline = time.monotonic() + end_within()
         while self.partials() and time.monotonic() < deadline:
             time.sleep(0.05)
         return self.partials()
@@ -156,7 +160,7 @@ def test_sigkill_of_one_rank_ends_the_job(job):
     os.kill(j.rank_pids()[1], signal.SIGKILL)
     rc, took = j.ends()
     assert rc != 0
-    assert took < end_within()
+    assert within(took, end_within), f"took {took:.1f} s, more than {end_within():.1f}:\n{j.stderr()}"
     assert not j.out.exists()
     assert j.no_partials() == []
 

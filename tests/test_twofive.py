@@ -12,7 +12,9 @@ import pytest
 import ranklog
 from launcher import mpiexec_or_skip, run_launcher
 from ranklog import Part, hpcmm_argv
-from test_mpi_suite import suite_verdict
+from hang_guards import MPI_TIMEOUT
+from test_mpi_suite import BACKSTOP, suite_verdict
+from test_reliability_budget import hang_within, quiet_within
 
 from hpcmm.algo_choice import Placed, choose
 from hpcmm.algorithms.layers import LayeredLayout, Layers, check_layers, parse_algo, valid_layer_counts
@@ -177,13 +179,13 @@ def test_bad_algo_exits_2_before_any_work(tmp_path, ranks, args, line):
     """
     out = tmp_path / "never.h5"
     argv = hpcmm_argv("--device", "cpu", "--quiet", "--m", "16", "--ranks-per-node", "2", *args, "--out", str(out))
-    o = ranklog.run([Part(argv, ranks=ranks)], tmp_path / "logs", tmp_path, 120)
+    o = ranklog.run([Part(argv, ranks=ranks)], tmp_path / "logs", tmp_path, hang_within())
     assert o.rc == 2, o.describe()
     assert o.the_line()[1].startswith(line), o.describe()
     assert not out.exists()
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(BACKSTOP)
 def test_products_at_8_ranks(tmp_path):
     mpiexec = mpiexec_or_skip()
     try:
@@ -192,7 +194,7 @@ def test_products_at_8_ranks(tmp_path):
         pytest.skip("pytest-mpi is not installed (pip install -e '.[test]')")
     cmd = [mpiexec, "-n", "8", sys.executable, "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider",
            "tests/mpi/test_twofive_mpi.py", "--junit-per-rank", str(tmp_path)]
-    proc = run_launcher(cmd, 540)
+    proc = run_launcher(cmd, None, stall=MPI_TIMEOUT + quiet_within())  # a mark per test, as the MPI suite
     problems = suite_verdict(tmp_path, 8)
     assert not problems, "\n\n".join(problems) + f"\n\nlauncher output (last part):\n{proc.stdout[-8000:]}"
     assert proc.returncode == 0, proc.stdout[-20000:]

@@ -10,6 +10,7 @@ import h5py
 import pytest
 from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 from ranklog import runner_argv
+from test_reliability_budget import scaled
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +22,11 @@ def corrupted(mpiexec, ranks: int, rank: int, *args):
     """hpcmm at ``ranks`` ranks on the CPU, with 100 added to rank ``rank``'s C[0, 0] before the check."""
     environ = quiet_environment()
     environ.update(HPCMM_DEVICE="cpu", PYTHONPATH=":".join(filter(None, [str(REPO), environ.get("PYTHONPATH")])))
-    return run_launcher([mpiexec, "-n", str(ranks), *runner_argv([f"{rank}:verify:corrupt"]), *args], 300,
-                        env=environ)
+    return run_launcher([mpiexec, "-n", str(ranks), *runner_argv([f"{rank}:verify:corrupt"]), *args],
+                        scaled(300), env=environ)
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(1200)  # the backstop: the job's own guard is scaled(300)
 def test_default_float16_with_one_wrong_element_fails(mpiexec, tmp_path):
     """The default problem (1024³ on CPUs) in float16, C[0, 0] + 100: FAILED, exit 1, verified=False."""
     out = tmp_path / "f16.h5"

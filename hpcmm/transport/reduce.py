@@ -27,6 +27,7 @@ from time import perf_counter
 
 import numpy as np
 
+from ..dtypes import numpy_dtype
 from ..errors import collective
 from ..layout import block_range, padded
 from .ipc import IpcPeerMemory, ShmPeerMemory
@@ -68,7 +69,7 @@ class FiberReduction:
 
     def __init__(self, fiber, backend, shape: tuple[int, int], dtype) -> None:
         self.fiber, self.backend = fiber, backend
-        self.dtype = np.dtype(dtype)
+        self.dtype = numpy_dtype(dtype)
         self.count, self.member = fiber.Get_size(), fiber.Get_rank()
         self.shape = tuple(int(x) for x in shape)
         rows, cols = self.shape

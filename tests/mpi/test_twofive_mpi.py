@@ -162,7 +162,6 @@ def test_auto_runs_what_the_model_picks(mpi_tmp_path):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("where", ["reduction", "engine"])
 def test_one_rank_out_of_memory_at_set_up_fails_every_rank(mpi_tmp_path, where, monkeypatch):
     """The last rank's allocation fails alone while 2.5D builds (the reduction's partial block, or the

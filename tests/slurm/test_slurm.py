@@ -65,11 +65,15 @@ PROGRAMS = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "scon
 #: The node claims more CPUs than the machine has, so that 4-task jobs fit on 2 cores.
 NODE_CPUS = 8
 FAKE_GPUS = 8
-#: Minutes each job may run (sbatch --time); the whole wait is bounded separately.
-JOB_MINUTES = 3
-#: Seconds to wait for all jobs to end (past the jobs' own limit, so that a hung
-#: job ends as TIMEOUT with its output rather than as a wait that gave up).
-JOBS_DEADLINE = 300
+#: Minutes each job may run (sbatch --time): a hang guard, minutes where a job takes seconds.
+#: The jobs share the machine's 2 cores with each other (and with whatever else runs there),
+#: so no job is held to a speed; a hung one ends as TIMEOUT with its output.
+JOB_MINUTES = 10
+#: Seconds the waits below go on without any job changing state (pending, running, ended) before
+#: they give up: past a job's own limit, so that a hung job ends as TIMEOUT rather than as a wait
+#: that gave up.  The jobs queue for the node's CPUs, so the whole wait is not bounded: however
+#: slow a loaded machine is, jobs that start and end are progress.
+STALL_SECONDS = JOB_MINUTES * 60 + 120
 #: Job states after which a job will not change any more.
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                 "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT"}
@@ -720,20 +724,23 @@ class Cluster:
         """``scontrol show job`` fields of one job."""
         return parse_scontrol(self.scontrol("show", "job", "-o", job_id).stdout)
 
-    def wait_for_jobs(self, job_ids: list[str], timeout: float) -> dict[str, dict[str, str]]:
+    def wait_for_jobs(self, job_ids: list[str], stall: float) -> dict[str, dict[str, str]]:
         """Poll until every job is in a final state.
 
         Raises
         ------
         RuntimeError
-            After ``timeout`` seconds, or at once for a job pending for a reason
-            that never clears (e.g. the node cannot hold it), with its details.
+            After ``stall`` seconds in which no job changed state, or at once for a job
+            pending for a reason that never clears (e.g. the node cannot hold it), with its details.
         """
-        deadline = time.monotonic() + timeout
+        deadline, states = time.monotonic() + stall, None
         while True:
             jobs = {j: self.job(j) for j in job_ids}
             if all(info.get("JobState") in FINAL_STATES for info in jobs.values()):
                 return jobs
+            now = {j: info.get("JobState") for j, info in jobs.items()}
+            if now != states:
+                deadline, states = time.monotonic() + stall, now
             for j, info in jobs.items():
                 reason = info.get("Reason", "")
                 if info.get("JobState") == "PENDING" and reason.startswith(HOPELESS_REASONS):
@@ -744,22 +751,26 @@ class Cluster:
                 states = {j: (i.get("JobState"), i.get("Reason")) for j, i in jobs.items()}
                 outputs = "\n".join(f"--- slurm-{j}.out ---\n{self.output(j)}" for j, i in
                                      jobs.items() if i.get("JobState") not in FINAL_STATES)
-                raise RuntimeError(f"jobs not finished after {timeout} s: {states}\n"
+                raise RuntimeError(f"no job changed state for {stall} s: {states}\n"
                                    f"{outputs}\n{self.logs()}")
             time.sleep(1)
 
-    def cancel_when(self, job_id: str, pattern: str, timeout: float) -> None:
+    def cancel_when(self, job_id: str, pattern: str, stall: float, job_ids: list[str]) -> None:
         """``scancel --full`` the job once its log has a line matching ``pattern``.
 
         Raises
         ------
         RuntimeError
-            When the job ends first, or after ``timeout`` seconds.
+            When the job ends first, or after ``stall`` seconds in which none of ``job_ids``
+            (the job waits for the others' CPUs) changed state and its log did not grow.
         """
-        deadline = time.monotonic() + timeout
-        while not re.search(pattern, self.output(job_id), re.M):
+        deadline, seen = time.monotonic() + stall, None
+        while not re.search(pattern, output := self.output(job_id), re.M):
             if self.job(job_id).get("JobState") in FINAL_STATES or time.monotonic() > deadline:
-                raise RuntimeError(f"job {job_id} never printed {pattern!r}:\n{self.output(job_id)}")
+                raise RuntimeError(f"job {job_id} never printed {pattern!r}:\n{output}")
+            now = (len(output), tuple(self.job(j).get("JobState") for j in job_ids))
+            if now != seen:
+                deadline, seen = time.monotonic() + stall, now
             time.sleep(0.5)
         # --full: SIGTERM to the batch script as well, as a time limit sends it
         # (a plain scancel leaves the script to SIGKILL).
@@ -831,8 +842,8 @@ def finished(cluster, slurm_job_log) -> dict[str, Finished]:
     ids = {spec.label: cluster.submit(spec) for spec in PLAN}
     for spec in PLAN:
         if spec.cancel_when:
-            cluster.cancel_when(ids[spec.label], spec.cancel_when, timeout=JOBS_DEADLINE)
-    infos = cluster.wait_for_jobs(list(ids.values()), timeout=JOBS_DEADLINE)
+            cluster.cancel_when(ids[spec.label], spec.cancel_when, STALL_SECONDS, list(ids.values()))
+    infos = cluster.wait_for_jobs(list(ids.values()), stall=STALL_SECONDS)
     done = {}
     for spec in PLAN:
         job_id = ids[spec.label]
