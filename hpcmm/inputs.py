@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from .config import regular_file
 from .dtypes import is_bfloat16, numpy_dtype, read_dataset, stored_type
 from .errors import InputError
 
@@ -169,8 +170,7 @@ def open_source(flag: str, path: str, dataset: str | None) -> MatrixSource:
         element type that is not real or complex floating point or integer.
     """
     label = f"{flag}={path}" + (f":{dataset}" if dataset else "")
-    if not os.path.isfile(path):
-        raise InputError(f"{label}: no such file")
+    regular_file(path, label)  # a FIFO or a device is refused as what it is, before anything opens it
     if not os.access(path, os.R_OK):
         raise InputError(f"{label}: not readable (permission denied)")
     if dataset is None:

@@ -201,3 +201,16 @@ def test_shipped_data_holds_its_products():
     assert check_pair(src_a, src_b) == (37, 29, 23)
     assert check_pair(open_source("--a", str(DATA / "A.npy"), None),
                       open_source("--b", str(DATA / "B.npy"), None)) == (19, 13, 11)
+
+
+def test_an_input_that_is_a_fifo_or_a_folder_is_named_for_what_it_is(tmp_path):
+    """A FIFO is refused before anything opens it (opening it would wait for a writer), as a FIFO."""
+    import os
+
+    fifo = tmp_path / "a.npy"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"--a=.*a\.npy: not a regular file \(a FIFO, a socket or a device\)"):
+        open_source("--a", str(fifo), None)
+    (tmp_path / "dir.h5").mkdir()
+    with pytest.raises(InputError, match=r"dir\.h5:A: is a directory"):
+        open_source("--a", str(tmp_path / "dir.h5"), "A")
