@@ -86,6 +86,8 @@ class DynamicEngine:
         self.tiles = choices.tiles
         self._steps = [self._owner_steps(rank) for rank in range(size)]
         self.plan = self._steps[topo.rank]
+        #: The most times one element of C is stored in a product (a tile's steps): the check's rounding model.
+        self.c_stores = max(len(steps) for steps in self._steps)
         #: Records per product: any rank may compute every tile.
         self.steps = choices.steps
         self.closed = False

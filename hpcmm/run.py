@@ -302,6 +302,8 @@ def _verify(engine: Engine, config: RunConfig, verify: str, c0=None) -> Check | 
     # 2.5D stores C once more per partial block added in the reduction.
     # (the longest layer's steps, so that every rank models the same rounding).
     stores = engine.steps + engine.layers.count - 1 if isinstance(engine, LayeredEngine) else engine.steps
+    if isinstance(engine, DynamicEngine):  # its records are tiles; an element is stored once per step of its tile
+        stores = engine.c_stores
     product = Product(engine.A, engine.B, engine.C, config.dtype, stores, config.tf32, alpha=config.alpha,
                       beta=config.beta, c0=c0)
     if verify == "freivalds":

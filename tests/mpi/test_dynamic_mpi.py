@@ -128,3 +128,22 @@ def test_the_library_plans_and_executes_dynamic_products():
         for scale in (1.0, -2.0):
             c = mm.execute(lay.block("A", RANK, a * scale), lay.block("B", RANK, b))
             np.testing.assert_allclose(c, lay.block("C", RANK, (a * scale) @ b), rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.parametrize("verify", ["freivalds", "full"])
+def test_a_wrong_tile_fails_the_check(mpi_tmp_path, monkeypatch, verify):
+    """One element of the last rank's C off by 0.05 after each product: both checks catch it."""
+    from hpcmm.dynamic import DynamicEngine
+
+    original = DynamicEngine.multiply
+
+    def multiply(self, *args, **kwargs):
+        times = original(self, *args, **kwargs)
+        if RANK == P - 1 and self.C.size:
+            self.C[0, 0] += 0.05
+        return times
+
+    monkeypatch.setattr(DynamicEngine, "multiply", multiply)
+    cfg = config(mpi_tmp_path, m=64 * P + 3, n=33, k=120, balance="dynamic", verify=verify, save_c=False)
+    message = raised_everywhere(lambda: hpcmm.run(cfg, comm=COMM, write=False), hpcmm.errors.VerificationError)
+    assert message.startswith(f"verification failed: {verify} residual"), message
