@@ -52,7 +52,7 @@ def test_every_rank_gets_the_same_weights(mode):
     everywhere(balance.devices == (Device(host),) * P, f"devices {balance.devices}")
     everywhere(balance.ranks_per_device == (P,) * P, f"ranks per device {balance.ranks_per_device}")
     everywhere(len(balance.weights) == P, f"{balance.weights}")
-    if mode in ("share", "product"):  # product: the share weights until a product has run
+    if mode in ("share", "product", "dynamic"):  # product: share until a product has run; dynamic starts there
         everywhere(balance.weights == (1.0 / P,) * P and balance.rates is None, f"{balance}")
     elif mode == "none":
         everywhere(balance.weights == (1.0,) * P and balance.rates is None, f"{balance}")
