@@ -72,9 +72,9 @@ def test_tolerance_formula():
     """float32, k = 1024, n = 16, 4 steps, worst-case ratios: λ·√((2k + 2s)·u² + 2(2n + k + 4)·u64²)."""
     lam = math.sqrt(2 * math.log(2 * 1 / 1e-6))
     want = lam * math.sqrt((2 * 1024 + 8) * 2.0**-48 + 2 * (32 + 1024 + 4) * 2.0**-106)
-    assert freivalds_tolerance("float32", 1024, 16, 4) == pytest.approx(want, rel=1e-12)
-    assert confidence(1) == pytest.approx(lam, rel=1e-12)
-    assert detectable(want, 16) == pytest.approx(8 * want, rel=1e-12)
+    assert freivalds_tolerance("float32", 1024, 16, 4) == pytest.approx(want, rel=1e-12, abs=0)
+    assert confidence(1) == pytest.approx(lam, rel=1e-12, abs=0)
+    assert detectable(want, 16) == pytest.approx(8 * want, rel=1e-12, abs=0)
 
 
 def test_tolerance_terms():
@@ -83,14 +83,14 @@ def test_tolerance_terms():
     f16 = freivalds_tolerance("float16", **base)
     lam = confidence(16)
     var32 = (2 * 4096 + 16) * 2.0**-48 + 2 * (32 + 4096 + 4) * 2.0**-106
-    assert f16 == pytest.approx(lam * math.sqrt(var32 + 16 * (2.0**-11 * 0.01) ** 2), rel=1e-12)
+    assert f16 == pytest.approx(lam * math.sqrt(var32 + 16 * (2.0**-11 * 0.01) ** 2), rel=1e-12, abs=0)
     bf16 = freivalds_tolerance("bfloat16", **base)
-    assert bf16 == pytest.approx(lam * math.sqrt(var32 + 16 * (2.0**-8 * 0.01) ** 2), rel=1e-12)
+    assert bf16 == pytest.approx(lam * math.sqrt(var32 + 16 * (2.0**-8 * 0.01) ** 2), rel=1e-12, abs=0)
     tf32 = freivalds_tolerance("float32", tf32=True, **base)
     assert tf32 == pytest.approx(lam * math.sqrt(var32 + 2 * (2.0**-10 * 0.01) ** 2) + 2 * 2.0**-10 * 0.01,
-                                 rel=1e-12)
+                                 rel=1e-12, abs=0)
     c64 = freivalds_tolerance("complex64", **base)
-    assert c64 == pytest.approx(lam * math.sqrt(2) * math.sqrt(2 * var32), rel=1e-12)
+    assert c64 == pytest.approx(lam * math.sqrt(2) * math.sqrt(2 * var32), rel=1e-12, abs=0)
     assert tolerance("bfloat16", 100, 2) == pytest.approx(2 * (100 * 2.0**-24 + 3 * 2.0**-8))
 
 
