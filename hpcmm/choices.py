@@ -307,7 +307,7 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
         panel = widest_fitting(topo, backend, widths, needed)
     if panel > layout.k:  # the same verdict on every rank
         agree(topo.comm, InputError(f"{config.origin('panel')}={panel}: wider than k={layout.k}"))
-    # Before the steps: a huge k must be refused, not planned step by step.
+    # The memory check before the steps: a huge k must be refused, not planned step by step.
     slots_of = dict(topo.node_comm.allgather((topo.rank, operand_slots)))  # the ranks that may share a device
 
     def need_at(rank: int, m: int, n: int, k: int) -> int:  # at another size, with the same grid and weights
@@ -322,8 +322,8 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
     steps = tuple(rank_plan(layout, topo.rank, panel, prefetch, own_order=order_of_steps == "own-first"))
     tiles, most_steps = (), max(topo.comm.allgather(len(steps)))
     if config.balance == "dynamic":  # any rank may compute every tile: that many records per product
-        tiles = tuple(tile_rows(*layout.local_shapes(rank)["C"][:1], backend.on_gpu)
-                      if layout.local_shapes(rank)["C"][1] else () for rank in range(topo.size))
+        c_shapes = [layout.local_shapes(rank)["C"] for rank in range(topo.size)]
+        tiles = tuple(tile_rows(rows, backend.on_gpu) if cols else () for rows, cols in c_shapes)
         most_steps = max(1, sum(len(t) for t in tiles))
     return EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
                          step_order=order_of_steps, rank_steps=steps, steps=most_steps, needed_bytes=needed(panel),
