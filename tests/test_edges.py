@@ -534,7 +534,10 @@ def test_signal_during_start_up(target, sig, status, line, rank, tmp_path, held)
     finally:
         job.kill()
     SLOWEST[f"signal {target} {signal.Signals(sig).name}"] = o.seconds
-    _check_end(o, status, line, rank, out, {}, alone=target != "mpiexec")
+    # To mpiexec: hydra forwards the signal to both ranks, and the one that is not held ends first
+    # (with its status); hydra may then kill the held one and report 9 (HYDRA_KILLED_OTHERS), as it
+    # does where one rank ends alone: seen once in a suite run beside a CPU hog.
+    _check_end(o, status, line, rank, out, {}, alone=True)
     assert o.the_line()[1].endswith("; no results written"), o.describe()
 
 
