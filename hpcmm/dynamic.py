@@ -27,6 +27,7 @@ from time import perf_counter
 import numpy as np
 from mpi4py import MPI
 
+from .algorithms import rank_plan
 from .choices import EngineChoices
 from .config import RunConfig
 from .dtypes import numpy_dtype
@@ -98,8 +99,8 @@ class DynamicEngine:
             self.peers = peer_cls(topo.comm, backend)
             self._raw = self.peers.allocate(sum(self._sizes[topo.rank]) * itemsize)
         with collective_setup(topo.comm, self.close):
-            # In node shared memory: the claimer's atomic needs nothing of the owner (a window of
-            # private memory would wait until the owner, busy multiplying, next calls MPI).
+            # In the node's shared memory (dynamic runs on one node); a claim may still need its
+            # owner to enter MPI, which a busy owner does after every GEMM (_progress).
             self.counters = MPI.Win.Allocate_shared(8, 8, comm=topo.comm)
         self._views = [self._blocks(rank) for rank in range(size)]
         self.A, self.B, self.C = self._views[topo.rank]
@@ -116,13 +117,13 @@ class DynamicEngine:
 
     # -- set-up ---------------------------------------------------------------
     def _owner_steps(self, rank: int):
-        from .algorithms import rank_plan  # noqa: PLC0415 - the SUMMA steps of the owner's block
-
+        """The SUMMA steps of ``rank``'s block in k order, at the plan's panel width (no ramp: nothing moves)."""
         return rank_plan(self.layout, rank, self.panel, 0, own_order=False)
 
     def _blocks(self, rank: int):
         """``rank``'s A (column-major), B and C (row-major) as arrays of their logical shapes."""
-        raw = self._raw if rank == self.topo.rank else self.peers.view(rank, sum(self._sizes[rank]) * self.dtype.itemsize)
+        nbytes = sum(self._sizes[rank]) * self.dtype.itemsize
+        raw = self._raw if rank == self.topo.rank else self.peers.view(rank, nbytes)
         flat = raw.view(self.dtype)
         a_size, b_size, c_size = self._sizes[rank]
         shapes = self.layout.local_shapes(rank)
@@ -162,7 +163,10 @@ class DynamicEngine:
         return int(got[0])
 
     def _tile(self, owner: int, row0: int, row1: int, stream) -> int:
-        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, step by step; returns the bytes read from peers."""
+        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, step by step.
+
+        Returns the bytes read from other ranks' blocks.
+        """
         grid = self.layout.grid
         row, col = grid.coords(owner)
         c = self._views[owner][2][row0:row1]
