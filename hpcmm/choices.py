@@ -41,8 +41,11 @@ from .layout import Grid, Layout, padded
 from .topology import choose_grid
 from .transport.reduce import scratch_bytes
 
-__all__ = ["EngineChoices", "channel_slots", "check_memory", "device_need", "gpus_shared", "largest_fitting", "layered_choices",
-           "memory_needed", "memory_parts", "scaled", "summa_choices", "tile_rows", "widest_fitting"]
+__all__ = [
+    "EngineChoices", "channel_slots", "check_memory", "device_need", "gpus_shared", "largest_fitting",
+    "layered_choices", "memory_needed", "memory_parts", "scaled", "summa_choices", "tile_rows",
+    "widest_fitting"
+]
 
 
 #: The fewest rows of a dynamic tile: narrower tiles leave the GEMM too little work (GPU, CPU).
