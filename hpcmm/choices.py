@@ -172,14 +172,14 @@ def _on_this_device(topo, backend, needs: list[int]) -> tuple[int, list[int], in
     return totals[0][0], [total for _, total in totals], free
 
 
-def check_memory(topo, backend, needed: int, problem: str, need_at=None, shape=None) -> int:
+def check_memory(topo, backend, needed: int, problem: str, need_at=None, shape=None) -> tuple[int, int]:
     """Collective: refuse a problem whose ranks on one device need more than it has free.
 
     Ranks that share a device share its memory, and with weighted blocks or
     2.5D layers they need different amounts: the sum of their ``needed``
     bytes must fit (on the CPU every rank of the node shares the host's
     memory).  ``problem`` starts the message.  Returns that sum for this
-    rank's device.
+    rank's device, and the bytes it had free.
 
     ``need_at(rank, m, n, k)``, with ``shape`` the problem's ``(m, n, k)``:
     a rank's bytes at another size of the same layout; the refusal then
@@ -205,7 +205,7 @@ def check_memory(topo, backend, needed: int, problem: str, need_at=None, shape=N
         err = InputError(f"{problem} does not fit: {ranks} rank(s) per {where} need {total / 2**30:.2f} GiB of "
                          f"{where} memory, {free / 2**30:.2f} GiB available{fits}")
     agree(topo.comm, err)
-    return total
+    return total, free
 
 
 def scaled(shape: tuple[int, int, int], scale: float) -> tuple[int, int, int]:
@@ -317,9 +317,9 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
         other = dataclasses.replace(layout, m=m, n=n, k=k)
         return memory_needed(other, rank, itemsize, min(panel, k), slots_of[rank], relayout)
 
-    device_bytes = check_memory(topo, backend, needed(panel),
-                                f"problem m={layout.m}, n={layout.n}, k={layout.k} {numpy_dtype(config.dtype).name}",
-                                need_at, (layout.m, layout.n, layout.k))
+    device_bytes, free = check_memory(
+        topo, backend, needed(panel), f"problem m={layout.m}, n={layout.n}, k={layout.k} {numpy_dtype(config.dtype).name}",
+        need_at, (layout.m, layout.n, layout.k))
     # own-first where every panel is a one-sided pull (one node); common where broadcasts need one order.
     order_of_steps = step_order(config.step_order, topo.vnode_count)
     steps = tuple(rank_plan(layout, topo.rank, panel, prefetch, own_order=order_of_steps == "own-first"))
@@ -332,7 +332,7 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
                          step_order=order_of_steps, rank_steps=steps, steps=most_steps, needed_bytes=needed(panel),
                          device_bytes=device_bytes, slots=slots,
                          operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, operand_slots, relayout)[0],
-                         free_bytes=int(backend.memory_info()[0]), tiles=tiles)
+                         free_bytes=int(free), tiles=tiles)
 
 
 def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int],
@@ -401,9 +401,9 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
         return memory_needed(other.layer_layout(layers.layer(rank)), layers.layer_rank(rank), dtype.itemsize,
                              min(panel, max(k // layers.count, 1)), slots_for(rank), relayout) + partial
 
-    device_bytes = check_memory(topo, backend, needed(panel),
-                                f"problem m={m}, n={n}, k={k} {dtype.name} with {layers.count} layers",
-                                need_at, shape)
+    device_bytes, free = check_memory(topo, backend, needed(panel),
+                                      f"problem m={m}, n={n}, k={k} {dtype.name} with {layers.count} layers",
+                                      need_at, shape)
     # The layers' topologies span the job's nodes: one node, one-sided pulls; several, broadcasts.
     order_of_steps = step_order(config.step_order, topo.vnode_count)
     steps = tuple(rank_plan(layer_layouts[layer], layer_rank, panel, prefetch,
@@ -414,5 +414,5 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
                             device_bytes=device_bytes, slots=slots,
                             operand_bytes=memory_parts(layer_layouts[layer], layer_rank, dtype.itemsize, panel,
                                                        operand_slots, relayout)[0],
-                            free_bytes=int(backend.memory_info()[0]))
+                            free_bytes=int(free))
     return grid, layout, choices

@@ -162,15 +162,12 @@ class DynamicEngine:
         self.counters.Unlock(owner)
         return int(got[0])
 
-    def _tile(self, owner: int, row0: int, row1: int, stream) -> int:
-        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, step by step.
-
-        Returns the bytes read from other ranks' blocks.
-        """
+    def _tile(self, owner: int, row0: int, row1: int, stream) -> None:
+        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, step by step; counts the bytes read
+        from other ranks' blocks (:attr:`bytes_by_pair`)."""
         grid = self.layout.grid
         row, col = grid.coords(owner)
         c = self._views[owner][2][row0:row1]
-        moved = 0
         for s, step in enumerate(self._steps[owner]):
             a_owner, b_owner = grid.rank(row, step.a_root), grid.rank(step.b_root, col)
             a = self._views[a_owner][0][row0:row1, step.a_offset:step.a_offset + step.width]
@@ -180,8 +177,6 @@ class DynamicEngine:
             for source, part in ((a_owner, a), (b_owner, b)):
                 if source != self.topo.rank:
                     self.bytes_by_pair[(source, self.topo.rank, self.peers.path)] += part.nbytes
-                    moved += part.nbytes
-        return moved
 
     def multiply(self) -> DynamicTimes:
         """One product ``C = A·B`` over the node: own tiles first, then the others' unclaimed ones."""

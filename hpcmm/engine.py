@@ -141,6 +141,9 @@ class Engine:
         self.plan: list[Step] = list(choices.rank_steps)
         #: Steps of the longest plan: every rank's step records are that long (zeros after its own).
         self.steps = choices.steps
+        #: The most times an element of C is stored in a product (the check's rounding model): the
+        #: longest plan's steps, so that every rank models the same rounding.
+        self.c_stores = self.steps
         shapes = layout.local_shapes(topo.rank)
         self.a_shape, self.b_shape, self.c_shape = shapes["A"], shapes["B"], shapes["C"]
         self.m_loc, self.n_loc = self.c_shape

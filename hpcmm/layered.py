@@ -114,6 +114,8 @@ class LayeredEngine:
         self.step_order = choices.step_order
         #: Steps of the longest layer plan: every rank's step records are that long (zeros after its own).
         self.steps = choices.steps
+        #: C's stores: the longest layer's steps, and once more per partial block the reduction adds.
+        self.c_stores = self.steps + layers.count - 1
 
     def __enter__(self) -> LayeredEngine:
         return self

@@ -299,12 +299,7 @@ def _timed_products(engine: Engine, config: RunConfig, say) -> Timings:
 
 def _verify(engine: Engine, config: RunConfig, verify: str, c0=None) -> Check | None:
     """Collective: the check of C that ``verify`` names (``none``: no check)."""
-    # 2.5D stores C once more per partial block added in the reduction.
-    # (the longest layer's steps, so that every rank models the same rounding).
-    stores = engine.steps + engine.layers.count - 1 if isinstance(engine, LayeredEngine) else engine.steps
-    if isinstance(engine, DynamicEngine):  # its records are tiles; an element is stored once per step of its tile
-        stores = engine.c_stores
-    product = Product(engine.A, engine.B, engine.C, config.dtype, stores, config.tf32, alpha=config.alpha,
+    product = Product(engine.A, engine.B, engine.C, config.dtype, engine.c_stores, config.tf32, alpha=config.alpha,
                       beta=config.beta, c0=c0)
     if verify == "freivalds":
         return freivalds(engine.topo, engine.layout, engine.backend, product, config.seed)
