@@ -7,7 +7,7 @@ from mpi4py import MPI
 from .config import RunConfig
 from .errors import collective
 from .grid_orientation import facing, oriented
-from .metadata import parallel_hdf5, topology_row, versions
+from .metadata import device_of, parallel_hdf5, topology_row, versions
 from .mps import detect
 from .placement import placement
 from .transport import decide
@@ -87,9 +87,7 @@ def memory_by_device(rows: list[dict], grid: str, nodes: int) -> list[tuple[str,
     (:func:`largest_square`, the same for every device: the job's)."""
     devices: dict = {}
     for r in rows:
-        gpu = r["gpu_index"] >= 0
-        key = (r["host"], r["gpu_uuid"] or r["gpu_index"]) if gpu else (r["host"], "host")
-        label = f"GPU {r['gpu_index']} of {r['host']}" if gpu else f"host {r['host']}"
+        key, label = device_of(r)
         devices.setdefault(key, (label, []))[1].append(r)
     on_gpu = any(r["gpu_index"] >= 0 for r in rows)
     members = [m for _, m in devices.values()]
@@ -103,8 +101,7 @@ def mps_by_gpu(rows: list[dict]) -> list[tuple[str, int, list]]:
     gpus: dict = {}
     for r in rows:
         if r["gpu_index"] >= 0:
-            key = (r["host"], r["gpu_uuid"] or r["gpu_index"])
-            label = f"GPU {r['gpu_index']} of {r['host']}"
+            key, label = device_of(r)
             gpus.setdefault(key, (label, []))[1].append(r["mps"])
     return [(label, len(states), states) for label, states in gpus.values()]
 

@@ -75,6 +75,19 @@ def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
+def device_of(row: dict) -> tuple[tuple, str]:
+    """The device of a ``/topology`` row: a key (one per GPU, or per host where the rank computes on
+    its CPU) and how to name it.
+
+    >>> device_of({"host": "n1", "gpu_index": 2, "gpu_uuid": ""}), device_of({"host": "n1", "gpu_index": -1})
+    ((('n1', 2), 'GPU 2 of n1'), (('n1', 'host'), 'host n1'))
+    """
+    gpu = row.get("gpu_index", -1)
+    if gpu >= 0:
+        return (row.get("host", ""), row.get("gpu_uuid") or gpu), f"GPU {gpu} of {row.get('host', '')}"
+    return (row.get("host", ""), "host"), f"host {row.get('host', '')}"
+
+
 def topology_row(topo, backend) -> dict:
     """This rank's line of the topology table."""
     row, col = topo.coords

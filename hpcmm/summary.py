@@ -165,11 +165,12 @@ def busiest_device(topology: list[dict], memory: list[dict]) -> dict:
     """
     if not memory or "operand_bytes" not in memory[0]:
         return {}
+    from .metadata import device_of  # noqa: PLC0415 - one rule for which ranks share a device
+
     devices: dict = {}
     for place, mem in zip(topology, memory):
-        gpu = place.get("gpu_index", -1)
-        key = (place.get("host", ""), (place.get("gpu_uuid") or gpu) if gpu >= 0 else "host")
-        devices.setdefault(key, []).append(mem)
+        devices.setdefault(device_of(place)[0], []).append(mem)
+
     def share(rows):
         return sum(r["needed_bytes"] for r in rows) / max(min(r["free_bytes"] for r in rows), 1)
     rows = max(devices.values(), key=share)
