@@ -107,10 +107,7 @@ def _references(backend, sizes, rows) -> None:
     here = backend.device_id
     other = (here + 1) % rt.getDeviceCount()
     if other != here:
-        # Without peer access the driver stages a peer copy through the host.
-        with backend.device:
-            if rt.deviceCanAccessPeer(here, other):
-                rt.deviceEnablePeerAccess(other)
+        _enable_peer_access(cp, here, other)
     largest = max(sizes)
     with backend.device:
         src = cp.ones(largest, dtype=np.uint8)
@@ -144,6 +141,18 @@ def _references(backend, sizes, rows) -> None:
                 rows.append(_event_timed(backend, "peer", nbytes, peer_copy))
 
 
+def _enable_peer_access(cp, device: int, peer: int) -> None:
+    """Let ``device`` read ``peer`` directly where the pair allows it (else the driver stages a peer
+    copy through the host); enabling it twice is no error."""
+    rt = cp.cuda.runtime
+    with cp.cuda.Device(device):
+        if rt.deviceCanAccessPeer(device, peer):
+            try:
+                rt.deviceEnablePeerAccess(peer)
+            except rt.CUDARuntimeError:  # already enabled
+                pass
+
+
 def _peer_matrix(backend, nbytes: int, rows) -> None:
     """``peer-gpu``: ``cudaMemcpyPeerAsync`` between every ordered pair of the GPUs this process sees.
 
@@ -163,12 +172,7 @@ def _peer_matrix(backend, nbytes: int, rows) -> None:
         for src in range(count):
             if src == dst:
                 continue
-            with cp.cuda.Device(dst):
-                if rt.deviceCanAccessPeer(dst, src):
-                    try:
-                        rt.deviceEnablePeerAccess(src)
-                    except cp.cuda.runtime.CUDARuntimeError:  # already enabled
-                        pass
+            _enable_peer_access(cp, dst, src)
 
             def copy(n, d=dst, s=src):
                 rt.memcpyPeerAsync(buffers[d].data.ptr, d, buffers[s].data.ptr, s, n, stream.ptr)
