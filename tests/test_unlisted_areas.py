@@ -41,7 +41,6 @@ from mpi4py import MPI
 import hpcmm
 from hpcmm import h5io, status
 from hpcmm.algo_choice import Placed, choose
-from hpcmm.backend import CpuBackend
 from hpcmm.cli import config_from, parse
 from hpcmm.config import RunConfig
 from hpcmm.engine import Engine
@@ -49,7 +48,6 @@ from hpcmm.errors import HpcmmError, InputError, OutputError, VerificationError,
 from hpcmm.inputs import generate_block
 from hpcmm.layout import Grid, Layout
 from hpcmm.summary import summary_figures
-from hpcmm.topology import Topology
 from hpcmm.verify import Check, Product, freivalds, full_check
 
 SMALL = ["--m", "13", "--n", "7", "--k", "5", "--quiet"]
@@ -66,15 +64,6 @@ def _read_status(path) -> dict[str, str]:
 
 
 # -- 1. verification: rows of A whose norm is zero -------------------------------------
-
-
-@pytest.fixture
-def one_rank():
-    topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
-    try:
-        yield topo, CpuBackend()
-    finally:
-        topo.close()
 
 
 ZERO_ROWS = [0, 5, 17]

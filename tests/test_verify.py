@@ -8,13 +8,11 @@ import pytest
 from mpi4py import MPI
 
 import hpcmm
-from hpcmm.backend import CpuBackend
 from hpcmm.config import RunConfig
 from hpcmm.engine import Engine
 from hpcmm.errors import InputError, VerificationError
 from hpcmm.inputs import generate_block
 from hpcmm.layout import Grid, Layout
-from hpcmm.topology import Topology
 from hpcmm.verify import Product, freivalds, freivalds_tolerance, full_check, tolerance
 
 DTYPES = ["float64", "float32", "float16", "bfloat16", "complex128", "complex64"]
@@ -47,16 +45,6 @@ def test_tf32_loosens_float32():
 
 
 # -- the checks, called directly at one rank -------------------------------------
-
-
-@pytest.fixture
-def one_rank():
-    """A one-rank topology over ``COMM_SELF`` and a numpy backend."""
-    topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
-    try:
-        yield topo, CpuBackend()
-    finally:
-        topo.close()
 
 
 def product(m, n, k, dtype, seed=3):

@@ -108,7 +108,7 @@ def test_product_over_weighted_blocks(shape, ranks_per_node, dims, panel, prefet
         layout = Layout(m, n, k, topo.grid, weights=fit.weights)
         everywhere(predicted_imbalance(layout) == fit.imbalance, "layout and fit disagree")
         engine = engine_for(topo, backend, layout, RunConfig(panel=panel, prefetch=prefetch, timeline=False),
-                        cuda_aware=False)
+                            cuda_aware=False)
         me = topo.rank
         (ar, ac), (br, bc) = layout.a_block(me), layout.b_block(me)
         engine.load(generate_block(5, "A", (m, k), ar, ac, "float64"), generate_block(5, "B", (k, n), br, bc, "float64"))

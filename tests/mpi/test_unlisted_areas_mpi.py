@@ -212,8 +212,8 @@ def test_the_wait_for_a_relayed_panel_is_waiting_for_data():
         if backend.on_gpu:
             pytest.skip("the host clock pins the wait on the CPU; a GPU relay has a ready event of its own")
         layout = Layout(m, n, k, Grid(P, 1))
-        engine = engine_for(topo, backend, layout, RunConfig(device=DEVICE, panel=panel, prefetch=0, ranks_per_node=1),
-                        False)
+        config = RunConfig(device=DEVICE, panel=panel, prefetch=0, ranks_per_node=1)
+        engine = engine_for(topo, backend, layout, config, False)
         (r0, r1), (c0, c1) = layout.a_block(RANK)
         a = generate_block(3, "A", (m, k), (r0, r1), (c0, c1), np.float64)
         (r0, r1), (c0, c1) = layout.b_block(RANK)
