@@ -10,57 +10,20 @@ the rank it names; that a collective block fails on every rank or none; and that
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from mpi4py import MPI
+from thread_comm import ThreadComm
 
 from hpcmm.errors import (HpcmmError, InputError, OutputError, VerificationError, agree, collective,
                           collective_setup, raised_everywhere)
 
 
-class _Job:
-    """``size`` ranks as threads: :meth:`run` calls ``body(comm)`` on each and returns what each
-    returned or raised."""
+class _Job(ThreadComm):
+    """The threads' communicator, also as ``MPI.COMM_WORLD``: errors name a rank by its rank in the job."""
 
-    def __init__(self, size: int):
-        self.size = size
-        self._barrier = threading.Barrier(size, timeout=300)  # a broken agreement fails, not hangs
-        self._slots = [None] * size
-        self._local = threading.local()
-
-    # -- the communicator's side ------------------------------------------------------
-    def allgather(self, value):
-        self._slots[self._local.rank] = value
-        self._barrier.wait()
-        gathered = list(self._slots)
-        self._barrier.wait()
-        return gathered
-
-    def Get_size(self):  # noqa: N802 - MPI's spelling
-        return self.size
-
-    def Get_rank(self):  # noqa: N802
-        return self._local.rank
-
-    # -- the job -------------------------------------------------------------------------
     def run(self, body, monkeypatch):
         monkeypatch.setattr(MPI, "COMM_WORLD", self)
-        outcomes = [None] * self.size
-
-        def rank_main(rank):
-            self._local.rank = rank
-            try:
-                outcomes[rank] = ("returned", body(rank))
-            except BaseException as exc:  # noqa: BLE001 - inspected by the test
-                outcomes[rank] = ("raised", exc)
-
-        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(self.size)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return outcomes
+        return super().run(body)
 
 
 def _agreed(job, monkeypatch, errors):

@@ -12,13 +12,12 @@ broadcasts among them), each holding its blocks of a 2×2 grid.
 from __future__ import annotations
 
 import math
-import threading
 import types
 import warnings
 
 import numpy as np
 import pytest
-from mpi4py import MPI
+from thread_comm import ThreadComm
 
 from hpcmm import verify
 from hpcmm.backend import CpuBackend
@@ -28,58 +27,6 @@ from hpcmm.verify import (UNDERFLOW, Product, check_full_size, confidence, detec
                           freivalds_tolerance, full_check, sign_vectors, tolerance, underflow)
 
 SEED = 17
-
-
-class _Job:
-    """``size`` ranks as threads sharing one communicator; :meth:`run` returns each rank's result."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self._barrier = threading.Barrier(size, timeout=300)  # a broken collective fails, not hangs
-        self._slots = [None] * size
-        self._local = threading.local()
-
-    def _exchange(self, value):
-        self._slots[self._local.rank] = value
-        self._barrier.wait()
-        got = list(self._slots)
-        self._barrier.wait()
-        return got
-
-    def Allreduce(self, send, recv, op=MPI.SUM):  # noqa: N802 - MPI's spelling
-        assert op == MPI.SUM
-        recv[...] = sum(self._exchange(np.array(send, copy=True)))
-
-    def allgather(self, value):
-        return self._exchange(value)
-
-    def gather(self, value, root=0):
-        got = self._exchange(value)
-        return got if self._local.rank == root else None
-
-    def bcast(self, value, root=0):
-        return self._exchange(value)[root]
-
-    def run(self, body):
-        results = [None] * self.size
-
-        def rank_main(rank):
-            self._local.rank = rank
-            try:
-                results[rank] = body(types.SimpleNamespace(rank=rank, comm=self))
-            except BaseException as exc:  # noqa: BLE001 - the test looks at it
-                results[rank] = exc
-                self._barrier.abort()
-
-        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(self.size)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-        return results
 
 
 def _wide(x):
@@ -100,7 +47,12 @@ def _check(method, A, B, C, dtype, steps=2, *, ranks=1, alpha=1.0, beta=0.0, C0=
             return freivalds(topo, layout, CpuBackend(), product, SEED)
         return full_check(topo, layout, CpuBackend(), product)
 
-    checks = _Job(ranks).run(body)
+    job = ThreadComm(ranks)
+    checks = []
+    for kind, value in job.run(lambda rank: body(types.SimpleNamespace(rank=rank, comm=job))):
+        if kind == "raised":
+            raise value
+        checks.append(value)
     assert all(c == checks[0] or (c.residual != c.residual and checks[0].residual != checks[0].residual)
                for c in checks), checks
     return checks[0]
