@@ -41,6 +41,9 @@ elif [ "$kit" = no ] && [ -x .venv/bin/python ]; then
 else
   py=python3
 fi
+# By its absolute path: Open MPI started by an absolute path puts that folder first on the ranks'
+# PATH (/usr/bin/mpiexec: /usr/bin/python3, without the node's mpi4py or cupy).
+py=$(command -v "$py" || echo "$py")
 # The ranks must find this hpcmm wherever the launcher starts them.
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
@@ -54,7 +57,8 @@ use_mpi() {
   fi
   local launcher=${MPIEXEC:-}
   if [ -z "$launcher" ]; then
-    launcher=$(command -v mpiexec || true)
+    # by name, so that Open MPI adds no folder of its own to the ranks' PATH
+    command -v mpiexec >/dev/null && launcher=mpiexec
     [ -z "$launcher" ] && [ -x "$(dirname "$py")/mpiexec" ] && launcher=$(dirname "$py")/mpiexec
   fi
   if [ -z "$launcher" ]; then
