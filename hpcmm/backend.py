@@ -224,6 +224,11 @@ class Backend(abc.ABC):
     def peak_memory(self) -> int:
         """The most bytes this process has held where the blocks live."""
 
+    def device_used(self) -> int:
+        """Bytes in use on this rank's device by the driver's count, every process on it together
+        (CUDA contexts and libraries included); 0 on the CPU, where :meth:`peak_memory` says it."""
+        return 0
+
     def release_cached(self) -> None:
         """Hand memory that freed arrays left cached back to the device (nothing to do on a CPU).
 
@@ -525,6 +530,11 @@ class GpuBackend(Backend):
         pool = self.cupy.get_default_memory_pool()
         # Bytes the pool holds but does not use are as good as free to us.
         return int(free + pool.free_bytes()), int(total)
+
+    def device_used(self) -> int:
+        with self.device:
+            free, total = self.cupy.cuda.runtime.memGetInfo()
+        return int(total - free)
 
     def peak_memory(self) -> int:
         # cupy's pool keeps what it allocated: its total is the high-water mark

@@ -38,6 +38,7 @@ from .errors import InputError, agree
 from .gemm_orders import gemm_order, label, scratch_slots
 from .grid_orientation import facing
 from .layout import Grid, Layout, padded
+from .verify import VERIFY_CHUNK_BYTES, VERIFY_COPIES
 from .topology import choose_grid
 from .transport.reduce import scratch_bytes
 
@@ -109,8 +110,35 @@ class EngineChoices:
         return label(self.gemm_order)
 
 
+#: The most bytes of a block that :meth:`~hpcmm.engine.Engine.load` moves to the device at once.
+LOAD_PIECE_BYTES = 256 << 20
+#: Device bytes of the GEMM libraries beside hpcmm's own allocations: cuBLAS's handle, workspace
+#: and the kernels it loads took 82 MiB on an H200 after a first float64 and float32 product
+#: (benchmarks/results/2026-12-02/memory-gpu.json); the rest is room for cuBLASLt's workspace.
+GEMM_LIBRARY_BYTES = 256 << 20
+
+
+def working_bytes(layout: Layout, rank: int, itemsize: int) -> int:
+    """Device bytes a rank takes beside its blocks and buffers while it runs (on a GPU).
+
+    One piece of a block on its way in (:data:`LOAD_PIECE_BYTES`, or one line where a line is more),
+    the verification's row chunks (:data:`~hpcmm.verify.VERIFY_CHUNK_BYTES`, each widened to
+    float64 or complex128, :data:`~hpcmm.verify.VERIFY_COPIES` of them at once), and the GEMM
+    libraries' own (:data:`GEMM_LIBRARY_BYTES`).  Without them a problem the check accepted at the
+    edge of the device failed on its first block.
+
+    >>> working_bytes(Layout(100, 100, 100, Grid(1, 1)), 0, 8) == (256 + 3 * 64 + 256) << 20
+    True
+    """
+    lines = [cols for _, cols in layout.local_shapes(rank).values()]
+    widest = max(lines, default=0)
+    load = max(LOAD_PIECE_BYTES, padded(widest, itemsize) * itemsize)
+    check = VERIFY_COPIES * max(VERIFY_CHUNK_BYTES, widest * 16)
+    return load + check + GEMM_LIBRARY_BYTES
+
+
 def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring,
-                  relayout: tuple[int, int] = (0, 0)) -> int:
+                  relayout: tuple[int, int] = (0, 0), on_gpu: bool = False) -> int:
     """Bytes one rank's blocks, panel ring and re-layout scratch take on its device.
 
     ``ring`` is the slots per operand, :func:`~hpcmm.algorithms.ring_depth`,
@@ -121,14 +149,16 @@ def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring,
     where the GEMM takes that operand in the other order, else 0).  Every
     stored column of A and row of B and C is padded
     (:func:`~hpcmm.layout.padded`), and so are the re-layout scratch's (to
-    the panel's width padded).
+    the panel's width padded).  ``on_gpu``: add what the rank takes beside them while it runs
+    (:func:`working_bytes`).
     """
-    return sum(memory_parts(layout, rank, itemsize, panel, ring, relayout))
+    return sum(memory_parts(layout, rank, itemsize, panel, ring, relayout, on_gpu))
 
 
 def memory_parts(layout: Layout, rank: int, itemsize: int, panel: int, ring,
-                 relayout: tuple[int, int] = (0, 0)) -> tuple[int, int]:
-    """:func:`memory_needed` in two: the operands' blocks (A, B, C, padded), and the buffers (ring, scratch).
+                 relayout: tuple[int, int] = (0, 0), on_gpu: bool = False) -> tuple[int, int]:
+    """:func:`memory_needed` in two: the operands' blocks (A, B, C, padded), and the buffers (ring,
+    scratch, and on a GPU :func:`working_bytes`).
 
     ``ring`` as :func:`memory_needed` takes it, or ``(A's slots, B's slots)`` as the rank's two
     channels keep them (:func:`channel_slots`).
@@ -140,7 +170,8 @@ def memory_parts(layout: Layout, rank: int, itemsize: int, panel: int, ring,
     ring_a, ring_b = ring if isinstance(ring, tuple) else (ring * (layout.grid.cols > 1), ring * (layout.grid.rows > 1))
     slots = panel * (ring_a * ld_a + ring_b * ld_bc)
     scratch = ld_panel * (relayout[0] * m_loc + relayout[1] * n_loc)
-    return blocks * itemsize, (slots + scratch) * itemsize
+    working = working_bytes(layout, rank, itemsize) if on_gpu else 0
+    return blocks * itemsize, (slots + scratch) * itemsize + working
 
 
 def device_need(needs, device) -> tuple[int, int]:
@@ -166,10 +197,20 @@ def _on_this_device(topo, backend, needs: list[int]) -> tuple[int, list[int], in
     every rank.  On the CPU every rank of the node shares the host's memory.
     """
     device = backend.device_id if backend.on_gpu else None
+    backend.memory_info()  # this rank's CUDA context exists from here on: every rank's, after the gather
     gathered = topo.node_comm.allgather((device, needs))
     totals = [device_need([(where, need[i]) for where, need in gathered], device) for i in range(len(needs))]
+    return totals[0][0], [total for _, total in totals], _least_free(topo, backend, device)
+
+
+def _least_free(topo, backend, device) -> int:
+    """Collective over the node: the bytes ``device`` has free, the least that any of its ranks sees.
+
+    Called once every rank of the node holds its context, so that none counts the memory of a
+    neighbour's context, still being made, as free; the least, so that the ranks of a device agree.
+    """
     free, _ = backend.memory_info()
-    return totals[0][0], [total for _, total in totals], free
+    return min(seen for where, seen in topo.node_comm.allgather((device, free)) if where == device)
 
 
 def check_memory(topo, backend, needed: int, problem: str, need_at=None, shape=None) -> tuple[int, int]:
@@ -187,9 +228,10 @@ def check_memory(topo, backend, needed: int, problem: str, need_at=None, shape=N
     every device (:func:`largest_fitting`).
     """
     device = backend.device_id if backend.on_gpu else None
+    backend.memory_info()  # as in _on_this_device: every rank's context exists after the gather
     gathered = topo.node_comm.allgather((device, needed, topo.rank))
     ranks, total = device_need([(where, need) for where, need, _ in gathered], device)
-    free, _ = backend.memory_info()
+    free = _least_free(topo, backend, device)
     where = "device" if backend.on_gpu else "host"
     largest = None
     if need_at is not None:
@@ -302,7 +344,7 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
         prefetch, order, slots, operand_slots, relayout = 0, "FC", 1, (0, 0), (0, 0)
 
     def needed(width: int) -> int:
-        return memory_needed(layout, topo.rank, itemsize, width, operand_slots, relayout)
+        return memory_needed(layout, topo.rank, itemsize, width, operand_slots, relayout, backend.on_gpu)
 
     panel = config.panel
     if panel is None:  # the default width, or a narrower one where its panel ring would not fit
@@ -315,7 +357,7 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
 
     def need_at(rank: int, m: int, n: int, k: int) -> int:  # at another size, with the same grid and weights
         other = dataclasses.replace(layout, m=m, n=n, k=k)
-        return memory_needed(other, rank, itemsize, min(panel, k), slots_of[rank], relayout)
+        return memory_needed(other, rank, itemsize, min(panel, k), slots_of[rank], relayout, backend.on_gpu)
 
     device_bytes, free = check_memory(
         topo, backend, needed(panel), f"problem m={layout.m}, n={layout.n}, k={layout.k} {numpy_dtype(config.dtype).name}",
@@ -381,7 +423,7 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
     def needed(width: int) -> int:
         # The partial C is the layer engine's C block (memory_needed counts it), allocated by the reduction.
         return memory_needed(layer_layouts[layer], layer_rank, dtype.itemsize, width, operand_slots,
-                             relayout) + reduction
+                             relayout, backend.on_gpu) + reduction
 
     panel = config.panel
     if panel is None:
@@ -399,7 +441,8 @@ def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int
         partial = scratch_bytes(other.local_shapes_partial(rank), layers.count, layers.fiber(rank).index(rank),
                                 dtype.itemsize)
         return memory_needed(other.layer_layout(layers.layer(rank)), layers.layer_rank(rank), dtype.itemsize,
-                             min(panel, max(k // layers.count, 1)), slots_for(rank), relayout) + partial
+                             min(panel, max(k // layers.count, 1)), slots_for(rank), relayout,
+                             backend.on_gpu) + partial
 
     device_bytes, free = check_memory(topo, backend, needed(panel),
                                       f"problem m={m}, n={n}, k={k} {dtype.name} with {layers.count} layers",

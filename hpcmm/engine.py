@@ -44,7 +44,7 @@ from time import perf_counter
 import numpy as np
 
 from .algorithms import Step
-from .choices import EngineChoices
+from .choices import LOAD_PIECE_BYTES, EngineChoices
 from .config import RunConfig
 from .dtypes import numpy_dtype
 from .errors import collective_setup, raised_everywhere
@@ -82,10 +82,6 @@ class StepMarks:
     b_moved: bool
     gemm_start: object = None
     gemm_end: object = None
-
-
-#: The most bytes of a block that :meth:`Engine.load` moves to the device at once.
-LOAD_PIECE_BYTES = 256 << 20
 
 
 def copy_in(backend, target, host: np.ndarray, dtype: np.dtype, axis: int) -> None:

@@ -57,8 +57,8 @@ def largest_square(kind: str, itemsize: int, grid: str, devices: list[list[dict]
     ``devices``: per device, its ranks as rows with ``rank`` (in the grid) and ``free_bytes``.  The
     count is :func:`~hpcmm.choices.memory_needed` with near-equal blocks on ``grid``, the default
     prefetch, each channel's slots (no node spans where ``nodes`` is 1) and the narrowest panel the
-    planner falls back to.  What the count leaves out (the CUDA context, the memory pool's
-    rounding, the GEMM library's workspace) is not in it.
+    planner falls back to, and on a GPU what a rank takes beside them while it runs
+    (:func:`~hpcmm.choices.working_bytes`); ``free_bytes`` is measured after the CUDA contexts.
     """
     from .algorithms import panel_candidates, prefetch_of, ring_depth  # noqa: PLC0415 - info only
     from .choices import largest_fitting, memory_needed  # noqa: PLC0415
@@ -74,7 +74,8 @@ def largest_square(kind: str, itemsize: int, grid: str, devices: list[list[dict]
     def total_at(m, n, k, members):
         layout = Layout(m, n, k, shape)
         panel = min(panel_candidates([layout], itemsize, on_gpu, shared=shared)[-1], k)
-        return sum(memory_needed(layout, r["rank"], itemsize, panel, slots, relayout) for r in members)
+        return sum(memory_needed(layout, r["rank"], itemsize, panel, slots, relayout, on_gpu)
+                   for r in members)
 
     top = 1 << 22
     return int(top * min(largest_fitting(lambda m, n, k, members=members: total_at(m, n, k, members),

@@ -364,7 +364,7 @@ def _rank_report(engine: Engine, config: RunConfig, arrangement: Arrangement, ti
         transfers=[(src, dst, path, nbytes) for (src, dst, path), nbytes in engine.bytes_by_pair.items()],
         memory={"rank": rank, "peak_bytes": int(backend.peak_memory()), "needed_bytes": int(engine.needed_bytes()),
                 "operand_bytes": int(engine.choices.operand_bytes), "free_bytes": int(engine.choices.free_bytes),
-                "device": "gpu" if backend.on_gpu else "cpu"},
+                "device_used_bytes": backend.device_used(), "device": "gpu" if backend.on_gpu else "cpu"},
         reduce_seconds=np.array([t.reduce for t in products]) if layered else None,
         plan=[dict(rank=rank, **_step_row(s)) for s in engine.plan],
         gemms=[dict(rank=rank, **row) for row in backend.gemm_rows()],

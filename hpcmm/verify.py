@@ -227,10 +227,19 @@ def _wide(dtype) -> type:
     return np.complex128 if numpy_dtype(dtype).kind == "c" else np.float64
 
 
-def _matmul(backend, block, right: np.ndarray, squared: bool = False, rows_per_chunk: int = 4096):
+#: The most bytes of a block's rows, widened, that the check takes at once on the device: each chunk
+#: makes up to :data:`VERIFY_COPIES` temporaries of this size (widened, magnitude, square), so the
+#: check's scratch is bounded whatever the shape, and the memory check counts it
+#: (:func:`hpcmm.choices.working_bytes`).
+VERIFY_CHUNK_BYTES = 64 << 20
+VERIFY_COPIES = 3
+
+
+def _matmul(backend, block, right: np.ndarray, squared: bool = False, chunk_bytes: int = VERIFY_CHUNK_BYTES):
     """``block @ right`` (or ``|block|² @ right``) in float64/complex128 on the block's device.
 
-    In row chunks to bound memory; returns a host array.
+    In row chunks of at most ``chunk_bytes`` widened (one row where a row is more); returns a
+    host array.
     """
     xp = backend.xp
     wide = np.float64 if squared else _wide(block.dtype)
@@ -238,11 +247,13 @@ def _matmul(backend, block, right: np.ndarray, squared: bool = False, rows_per_c
     if block.shape[0] == 0 or block.shape[1] == 0:
         return out
     r = xp.asarray(right)
+    rows_per_chunk = max(1, chunk_bytes // (block.shape[1] * np.dtype(_wide(block.dtype)).itemsize))
     for lo in range(0, block.shape[0], rows_per_chunk):
         part = block[lo : lo + rows_per_chunk]
         # Widened first (bfloat16 and float16 arithmetic stays out of it); complex blocks to
-        # complex128, since casting them to float64 would keep only their real part.
-        part = part.astype(_wide(block.dtype))
+        # complex128, since casting them to float64 would keep only their real part.  A block
+        # already wide is read where it lies.
+        part = part.astype(_wide(block.dtype), copy=False)
         part = xp.abs(part) ** 2 if squared else part
         out[lo : lo + part.shape[0]] = backend.to_host(part @ r)
     return out

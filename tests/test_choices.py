@@ -172,11 +172,61 @@ def test_the_largest_problems_script_gives_the_rule_at_one_gpu(tmp_path):
 
     from launcher import REPO
 
+    from hpcmm.choices import working_bytes
+    from hpcmm.layout import Grid, Layout
+
     out = tmp_path / "largest.json"
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "largest_problems.py"), "--free-gib", "10",
                     "--gpus", "1", "2", "--ranks-per-gpu", "1", "--out", str(out)], check=True, capture_output=True)
     rows = json.loads(out.read_text())["rows"]
     one = rows[0]
-    assert one["gpus"] == 1 and 24 * one["float64"] ** 2 <= 10 * 2**30 < 24 * (one["float64"] + 64) ** 2
+    size = one["float64"]
+    # beside the blocks, what a rank takes while it runs (a load piece, the check's chunks, cuBLAS)
+    working = working_bytes(Layout(size, size, size, Grid(1, 1)), 0, 8)
+    assert working >= 512 << 20
+    assert one["gpus"] == 1 and 24 * size**2 + working <= 10 * 2**30 < 24 * (size + 64) ** 2 + working
     assert one["float64"] < one["float32"] < one["bfloat16"]
     assert rows[1]["float64"] > one["float64"]  # two GPUs hold more
+
+
+def test_on_a_gpu_the_count_adds_what_a_rank_takes_while_it_runs():
+    """A load piece, the verification's chunks and the GEMM libraries: counted on a GPU, not on the host."""
+    from hpcmm.choices import GEMM_LIBRARY_BYTES, LOAD_PIECE_BYTES, working_bytes
+    from hpcmm.verify import VERIFY_CHUNK_BYTES, VERIFY_COPIES
+
+    layout = Layout(4099, 3001, 2001, Grid(2, 2))
+    for rank in range(4):
+        host = memory_needed(layout, rank, 8, 256, 2)
+        device = memory_needed(layout, rank, 8, 256, 2, on_gpu=True)
+        assert device - host == working_bytes(layout, rank, 8) == (
+            LOAD_PIECE_BYTES + VERIFY_COPIES * VERIFY_CHUNK_BYTES + GEMM_LIBRARY_BYTES)
+    # a line longer than a piece or a chunk: one line at a time, counted as such
+    wide = Layout(2, 2, 40_000_000, Grid(1, 1))
+    assert working_bytes(wide, 0, 8) == 320_000_000 + VERIFY_COPIES * 640_000_000 + GEMM_LIBRARY_BYTES
+
+
+class _Node:
+    """The node communicator as one rank sees it: its own value first, then those of the others."""
+
+    def __init__(self, others_free):
+        self.others_free = others_free  # [(device, free bytes)] the other ranks of the node see
+
+    def allgather(self, mine):
+        if len(mine) == 2:  # (device, free bytes)
+            return [mine, *self.others_free]
+        device_need_rank = mine  # each other rank needs as much
+        return [mine, *((device, device_need_rank[1], 1 + i) for i, (device, _) in enumerate(self.others_free))]
+
+
+def test_the_free_memory_is_the_least_any_rank_of_the_device_sees():
+    """A neighbour that measured while another context was being made saw more free than there is."""
+    from types import SimpleNamespace
+
+    from hpcmm.choices import check_memory
+
+    backend = SimpleNamespace(on_gpu=True, device_id=0, memory_info=lambda: (100, 200))
+    topo = SimpleNamespace(node_comm=_Node([(0, 90), (1, 10)]), comm=None, rank=0)
+    # two ranks on device 0 (the one on device 1 does not count there), 45 each of the 90 the other saw
+    assert check_memory(topo, backend, 45, "problem") == (90, 90)
+    with pytest.raises(InputError, match=r"2 rank\(s\) per device need .* 0\.00 GiB available"):
+        check_memory(topo, backend, 46, "problem")

@@ -38,7 +38,7 @@ def test_every_figure_of_the_summary_with_a_unit_says_it(results_file):
     # a fraction is stored as the fraction, the summary prints it as a percentage
     assert 0 <= attrs["exposed_comm_fraction"] <= 1
     assert units(results_file, "memory") == {"needed_bytes": "bytes", "peak_bytes": "bytes", "operand_bytes": "bytes",
-                                             "free_bytes": "bytes"}
+                                             "free_bytes": "bytes", "device_used_bytes": "bytes"}
 
 
 def test_tables_reads_every_table(results_file):

@@ -397,12 +397,18 @@ def test_auto_panel_weighted_gives_a_valid_plan(rows, cols, k, data):
 
 
 class _Gather:
-    """A communicator's allgather as one rank sees it: its own value first, then the others' (given)."""
+    """A communicator's allgather as one rank sees it: its own value first, then the others' (given).
+
+    The others' ``(device, needs)``; where the rank gathers ``(device, free bytes)`` (the memory
+    check's free memory), each other rank saw as much free on its device as this one.
+    """
 
     def __init__(self, others=()):
         self.others = list(others)
 
     def allgather(self, mine):
+        if isinstance(mine, tuple) and len(mine) == 2 and isinstance(mine[1], int):
+            return [mine, *((device, mine[1]) for device, _ in self.others)]
         return [mine, *self.others]
 
 

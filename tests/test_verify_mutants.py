@@ -382,3 +382,28 @@ def test_a_complex_check_says_nothing_on_stderr(method):
         assert _check(method, A, B, C, "complex64", ranks=4).passed
         right = (_wide(A) @ _wide(B) - 0.5 * _wide(C0)).astype("complex64")
         assert _check(method, A, B, right, "complex64", beta=-0.5, C0=C0).passed
+
+
+def test_the_check_widens_a_block_in_chunks_of_bounded_bytes():
+    """``_matmul`` on the device takes at most ``chunk_bytes`` of widened rows at once (one row where a
+    row is more), whatever the block's shape, and gives the product of the whole block."""
+    from hpcmm.backend import CpuBackend
+    from hpcmm.verify import _matmul
+
+    seen = []
+
+    class Recording(CpuBackend):
+        def to_host(self, array):
+            seen.append(array.shape[0])
+            return super().to_host(array)
+
+    rng = np.random.default_rng(5)
+    block = rng.standard_normal((37, 50)).astype(np.float32)
+    right = rng.standard_normal((50, 2))
+    for chunk_bytes, rows in ((50 * 8 * 4, 4), (1, 1), (1 << 30, 37)):
+        seen.clear()
+        got = _matmul(Recording(), block, right, chunk_bytes=chunk_bytes)
+        np.testing.assert_allclose(got, block.astype(np.float64) @ right, rtol=1e-12)
+        assert max(seen) == rows and sum(seen) == 37, (chunk_bytes, seen)
+        squared = _matmul(Recording(), block, right, squared=True, chunk_bytes=chunk_bytes)
+        np.testing.assert_allclose(squared, np.abs(block.astype(np.float64)) ** 2 @ right, rtol=1e-12)
