@@ -245,3 +245,31 @@ def test_a_damaged_h5_file_says_what_hdf5_says(tmp_path):
     with pytest.raises(InputError) as caught:
         open_source("--a", str(broken), "A")
     assert "truncated file: eof = 600" in str(caught.value)
+
+
+def test_a_file_this_user_may_not_read_is_refused_as_such(tmp_path, monkeypatch):
+    """As a user without read permission sees it (root may read anything, so ``os.access`` answers as for one)."""
+    path = tmp_path / "a.npy"
+    np.save(path, np.ones((2, 2)))
+    monkeypatch.setattr(os, "access", lambda where, mode: not (where == str(path) and mode == os.R_OK))
+    with pytest.raises(InputError) as caught:
+        open_source("--a", str(path), None)
+    assert str(caught.value) == f"--a={path}: not readable (permission denied)"
+
+
+def test_a_failure_without_a_message_is_named_by_its_type(tmp_path, monkeypatch):
+    path = tmp_path / "a.h5"
+    with h5py.File(path, "w") as f:
+        f["A"] = np.ones((2, 2))
+    source = open_source("--a", str(path), "A")
+
+    def fails(*args, **kwargs):
+        raise OSError()  # a file system that fails without saying why
+
+    monkeypatch.setattr(h5py, "File", fails)
+    with pytest.raises(InputError) as caught:
+        source.read((0, 2), (0, 2))
+    assert str(caught.value) == f"--a={path}:A: cannot read rows 0:2, columns 0:2 (OSError)"
+    with pytest.raises(InputError) as caught:
+        open_source("--b", str(path), "A")
+    assert str(caught.value) == f"--b={path}:A: cannot open it as HDF5 (OSError)"
