@@ -130,8 +130,8 @@ def working_bytes(layout: Layout, rank: int, itemsize: int) -> int:
     >>> working_bytes(Layout(100, 100, 100, Grid(1, 1)), 0, 8) == (256 + 3 * 64 + 256) << 20
     True
     """
-    lines = [cols for _, cols in layout.local_shapes(rank).values()]
-    widest = max(lines, default=0)
+    # A line of a piece or a chunk runs along a block's rows or its columns: the longest extent bounds both.
+    widest = max((extent for shape in layout.local_shapes(rank).values() for extent in shape), default=0)
     load = max(LOAD_PIECE_BYTES, padded(widest, itemsize) * itemsize)
     check = VERIFY_COPIES * max(VERIFY_CHUNK_BYTES, widest * 16)
     return load + check + GEMM_LIBRARY_BYTES
