@@ -274,3 +274,25 @@ def test_ipc_a_peer_that_cannot_be_mapped_leaves_no_mapping():
     outcomes = job.run(rank_body)
     assert all(kind == "raised" and "peer access refused" in str(exc) for kind, exc in outcomes), outcomes
     assert node.open_mappings() == 0 and node.live_allocations() == 0
+
+
+def test_ipc_a_peer_refused_on_one_rank_only_fails_on_every_rank():
+    """Rank 1 alone cannot map its peers: every rank raises from ``allocate``, none goes on into the
+    next collective (the events' exchange) while rank 1 waits in its tear-down."""
+    job, node = ThreadComm(3), IpcNode()
+
+    def rank_body(rank):
+        backend = IpcBackend(node, rank, opens=0 if rank == 1 else None)
+        peers = IpcPeerMemory(job, backend)
+        try:
+            peers.allocate(8)
+            peers.export_events(1)
+        finally:
+            peers.close()
+            assert backend.exported_bytes == 0
+        return "went on"
+
+    outcomes = job.run(rank_body)
+    assert [kind for kind, _ in outcomes] == ["raised"] * 3, outcomes
+    assert all("peer access refused" in str(exc) and "rank 1" in str(exc) for _, exc in outcomes), outcomes
+    assert node.open_mappings() == 0 and node.live_allocations() == 0

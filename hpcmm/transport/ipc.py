@@ -155,9 +155,12 @@ class IpcPeerMemory(PeerMemory):
         handles = self.intra.allgather(handle)
         me = self.intra.Get_rank()
         self.peer_ptrs = []
+        # Mapping a peer may fail on this rank alone too: agree, so that no rank goes on into the
+        # next collective while this one tears down.
         try:
-            for peer, h in enumerate(handles):
-                self.peer_ptrs.append(None if peer == me else self.backend.open_exported(h))
+            with collective(self.intra):
+                for peer, h in enumerate(handles):
+                    self.peer_ptrs.append(None if peer == me else self.backend.open_exported(h))
         except Exception:
             self._close_mappings()
             raise
@@ -178,10 +181,13 @@ class IpcPeerMemory(PeerMemory):
         self.events, handles = self.backend.exported_events(count, self.backend.comm_stream)
         by_peer = self.intra.allgather(handles)
         me = self.intra.Get_rank()
-        self.peer_events = [
-            None if peer == me else [self.backend.open_peer_event(h) for h in peer_handles]
-            for peer, peer_handles in enumerate(by_peer)
-        ]
+        self.peer_events = []
+        with collective(self.intra):  # as a peer's memory in allocate: a failure on one rank fails all
+            for peer, peer_handles in enumerate(by_peer):
+                opened = [] if peer != me else None
+                self.peer_events.append(opened)
+                for h in peer_handles if peer != me else ():
+                    opened.append(self.backend.open_peer_event(h))
 
     def record(self, index: int, stream) -> None:
         self.events[index].record(stream)
