@@ -38,9 +38,9 @@ from .errors import InputError, agree
 from .gemm_orders import gemm_order, label, scratch_slots
 from .grid_orientation import facing
 from .layout import Grid, Layout, padded
-from .verify import VERIFY_CHUNK_BYTES, VERIFY_COPIES
 from .topology import choose_grid
 from .transport.reduce import scratch_bytes
+from .verify import VERIFY_CHUNK_BYTES, VERIFY_COPIES
 
 __all__ = [
     "EngineChoices", "channel_slots", "check_memory", "device_need", "gpus_shared", "largest_fitting",
