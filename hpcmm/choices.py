@@ -45,7 +45,7 @@ from .verify import VERIFY_CHUNK_BYTES, VERIFY_COPIES
 __all__ = [
     "EngineChoices", "channel_slots", "check_memory", "device_need", "gpus_shared", "largest_fitting",
     "layered_choices", "memory_needed", "memory_parts", "scaled", "summa_choices", "tile_rows",
-    "widest_fitting"
+    "widest_fitting", "working_bytes"
 ]
 
 
