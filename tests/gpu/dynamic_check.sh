@@ -46,7 +46,7 @@ one() {
   local cmd=("$@")
   [[ " $* " == *" --out "* ]] || cmd+=(--out "$out")
   echo "=== $case round $round: ${cmd[*]}" >> "$log"
-  timeout "$LIMIT" "${cmd[@]}" >> "$log" 2>&1
+  timeout --foreground "$LIMIT" "${cmd[@]}" >> "$log" 2>&1
   local rc=$?
   [ "$rc" = 0 ] || failed=$((failed + 1))
   local facts="nan\tnan\tnan"

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/hpcmm-largest}
 N=${LARGEST_N:-65536}
 mkdir -p "$OUT"
-timeout 420 python3 -m hpcmm --m "$N" --iters 2 --warmup 1 --no-timeline --out "$OUT/largest-$N.h5" \
+timeout --foreground 420 python3 -m hpcmm --m "$N" --iters 2 --warmup 1 --no-timeline --out "$OUT/largest-$N.h5" \
   > "$OUT/hpcmm-$N.log" 2>&1
 echo "hpcmm rc=$?"; tail -n 25 "$OUT/hpcmm-$N.log"
 python3 - "$OUT/largest-$N.h5" "$N" <<'PY'

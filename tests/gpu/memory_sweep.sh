@@ -43,7 +43,7 @@ run() {
   local smi=$!
   echo "=== $ranks:$dtype $n ($want)" >> "$log"
   local t0=$SECONDS
-  timeout "$LIMIT" mpiexec -n "$ranks" $py -m hpcmm --m "$n" --dtype "$dtype" --iters 1 --warmup 0 \
+  timeout --foreground "$LIMIT" mpiexec -n "$ranks" $py -m hpcmm --m "$n" --dtype "$dtype" --iters 1 --warmup 0 \
     --no-timeline --quiet --out "$out" >> "$log" 2>&1
   local rc=$? seconds=$((SECONDS - t0))
   kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
@@ -76,7 +76,7 @@ for case in $CASES; do
     continue
   fi
   # The check's own answer: the largest of this shape that fits.
-  refusal=$(timeout 120 mpiexec -n "$ranks" $py -m hpcmm --m 400000 --dtype "$dtype" --quiet --out "$work/refused.h5" 2>&1)
+  refusal=$(timeout --foreground 120 mpiexec -n "$ranks" $py -m hpcmm --m 400000 --dtype "$dtype" --quiet --out "$work/refused.h5" 2>&1)
   echo "$refusal" >> "$log"
   largest=$(echo "$refusal" | grep -o 'fits: m=[0-9]*' | head -1 | grep -o '[0-9]*$')
   if [ -z "$largest" ]; then
