@@ -105,7 +105,7 @@ check() {
   rm -f "$out"
   echo "=== [$mode] $name: $* --out $out" >> "$log"
   local t0=$SECONDS
-  timeout "${CHECK_TIMEOUT:-240}" "$@" --out "$out" >> "$log" 2>&1; rc=$?
+  timeout --foreground "${CHECK_TIMEOUT:-240}" "$@" --out "$out" >> "$log" 2>&1; rc=$?
   detail="rc=$rc $((SECONDS - t0))s"
   [ "$rc" = "$want_rc" ] || status=FAIL
   if [ "$want_rc" = 0 ]; then
@@ -146,7 +146,7 @@ product_checks() {  # product_checks MODE EXTRA_ARGS...   (2 and 8 ranks on the 
 bench() {  # bench NAME NRANKS CASES [OPTIONS]   (uses $mode of the caller)
   echo "=== [$mode] bench $1: mpiexec -n $2 $py -m hpcmm bench --cases '$3' ${4:-}" >> "$log"
   local t0=$SECONDS
-  timeout 300 mpiexec -n "$2" $py -m hpcmm bench --cases "$3" ${4:-} --out "$work/bench-$1.h5" --overwrite >> "$log" 2>&1
+  timeout --foreground 300 mpiexec -n "$2" $py -m hpcmm bench --cases "$3" ${4:-} --out "$work/bench-$1.h5" --overwrite >> "$log" 2>&1
   local rc=$?
   record "$mode" "bench $1" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "rc=$rc $((SECONDS - t0))s"
 }

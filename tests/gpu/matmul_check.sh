@@ -16,7 +16,7 @@ failed=0
 step() {  # step NAME LIMIT command...
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  timeout --foreground "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   printf '%-28s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log")" | tee -a "$OUT/table.txt"
   [ "$rc" = 0 ] || failed=$((failed + 1))

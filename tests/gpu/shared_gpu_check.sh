@@ -109,7 +109,7 @@ run_case() {
   rm -f "$out"
   echo "=== [$mps] mpiexec -n $ranks python3 -m hpcmm $* ${extra[*]} --out $out" >> "$log"
   local t0=$SECONDS
-  timeout "$LIMIT" mpiexec -n "$ranks" python3 -m hpcmm "$@" "${extra[@]}" --quiet --out "$out" --overwrite >> "$log" 2>&1
+  timeout --foreground "$LIMIT" mpiexec -n "$ranks" python3 -m hpcmm "$@" "${extra[@]}" --quiet --out "$out" --overwrite >> "$log" 2>&1
   rc=$?
   if [ "$rc" != 0 ]; then
     record "$mps" "$ranks" "$balance" "$name" FAIL - - - "rc=$rc $((SECONDS - t0))s"
@@ -139,7 +139,7 @@ PY
 probe() {  # probe MPS EXPECT_ACTIVE BALANCE
   local json=$work/probe-$1-$3.json
   echo "=== [$1] mpiexec -n 3 python3 tests/gpu/shared_gpu_probe.py --balance $3" >> "$log"
-  timeout "$LIMIT" mpiexec -n 3 python3 tests/gpu/shared_gpu_probe.py --balance "$3" --json "$json" >> "$log" 2>&1
+  timeout --foreground "$LIMIT" mpiexec -n 3 python3 tests/gpu/shared_gpu_probe.py --balance "$3" --json "$json" >> "$log" 2>&1
   local rc=$? facts
   facts=$(python3 - "$json" "$2" <<'PY' 2>&1
 import json, sys
@@ -202,7 +202,7 @@ for phase in ${SHARED_PHASES:-off on}; do
                 "4 $N"x"$((N / 8)) $((N / 8))"; do
       read -r ceiling_ranks block panel <<< "$spec"
       echo "=== [$phase] sharing ceiling: $ceiling_ranks rank(s), block $block, panel $panel" >> "$log"
-      timeout "$LIMIT" mpiexec -n "$ceiling_ranks" python3 tests/gpu/sharing_ceiling.py --block "$block" --depth "$N" \
+      timeout --foreground "$LIMIT" mpiexec -n "$ceiling_ranks" python3 tests/gpu/sharing_ceiling.py --block "$block" --depth "$N" \
         --panel "$panel" --json "$work/ceiling-$phase-$ceiling_ranks.json" >> "$log" 2>&1
       grep -a "sharing ceiling: $ceiling_ranks rank" "$log" | tail -1 >> "$OUT/ceiling.txt"
     done
