@@ -296,3 +296,32 @@ def test_ipc_a_peer_refused_on_one_rank_only_fails_on_every_rank():
     assert [kind for kind, _ in outcomes] == ["raised"] * 3, outcomes
     assert all("peer access refused" in str(exc) and "rank 1" in str(exc) for _, exc in outcomes), outcomes
     assert node.open_mappings() == 0 and node.live_allocations() == 0
+
+
+class _EventsRefused(IpcBackend):
+    def open_peer_event(self, handle: bytes) -> int:
+        raise RuntimeError(f"cudaIpcOpenEventHandle: peer access refused on rank {self.rank}")
+
+
+def test_ipc_an_event_refused_on_one_rank_only_fails_on_every_rank():
+    """Rank 2 alone cannot open its peers' events: every rank raises from ``export_events`` with
+    rank 2 named, and closing afterwards leaves no event open."""
+    job, node = ThreadComm(3), IpcNode()
+
+    def rank_body(rank):
+        backend = (_EventsRefused if rank == 2 else IpcBackend)(node, rank)
+        peers = IpcPeerMemory(job, backend)
+        try:
+            peers.allocate(8)
+            peers.export_events(1)
+            job.Barrier()  # the next collective: only reached where the events' failure was not agreed
+        finally:
+            peers.close()
+        return "went on"
+
+    outcomes = job.run(rank_body)
+    assert [kind for kind, _ in outcomes] == ["raised"] * 3, outcomes
+    # (the agreement names the rank in the job, which thread ranks share: the message names it here)
+    assert all("peer access refused on rank 2" in str(exc) for _, exc in outcomes), outcomes
+    assert all(not opened for opened in node.opened_events.values())
+    assert node.open_mappings() == 0 and node.live_allocations() == 0
