@@ -189,18 +189,19 @@ def device_need(needs, device) -> tuple[int, int]:
     return len(together), sum(together)
 
 
-def _on_this_device(topo, backend, needs: list[int]) -> tuple[int, list[int], int]:
-    """Collective over the node: the ranks on this rank's device, each of ``needs`` summed over them
-    (:func:`device_need`), and the bytes the device has free.
+def _on_this_device(topo, backend, needs: list[int]) -> tuple[list[int], list[int], int]:
+    """Collective over the node: the ranks (in ``topo.comm``) on this rank's device, each of
+    ``needs`` summed over them (:func:`device_need`), and the bytes the device has free.
 
     ``needs`` holds this rank's bytes for each of several choices (one or more), the same count on
     every rank.  On the CPU every rank of the node shares the host's memory.
     """
     device = backend.device_id if backend.on_gpu else None
     backend.memory_info()  # this rank's CUDA context exists from here on: every rank's, after the gather
-    gathered = topo.node_comm.allgather((device, needs))
-    totals = [device_need([(where, need[i]) for where, need in gathered], device) for i in range(len(needs))]
-    return totals[0][0], [total for _, total in totals], _least_free(topo, backend, device)
+    gathered = topo.node_comm.allgather((device, needs, topo.rank))
+    mates = [rank for where, _, rank in gathered if where == device]
+    totals = [device_need([(where, need[i]) for where, need, _ in gathered], device)[1] for i in range(len(needs))]
+    return mates, totals, _least_free(topo, backend, device)
 
 
 def _least_free(topo, backend, device) -> int:
@@ -227,15 +228,11 @@ def check_memory(topo, backend, needed: int, problem: str, need_at=None, shape=N
     names the largest problem of that shape (``m:n:k`` kept) that fits
     every device (:func:`largest_fitting`).
     """
-    device = backend.device_id if backend.on_gpu else None
-    backend.memory_info()  # as in _on_this_device: every rank's context exists after the gather
-    gathered = topo.node_comm.allgather((device, needed, topo.rank))
-    ranks, total = device_need([(where, need) for where, need, _ in gathered], device)
-    free = _least_free(topo, backend, device)
+    mates, (total,), free = _on_this_device(topo, backend, [needed])
+    ranks = len(mates)
     where = "device" if backend.on_gpu else "host"
     largest = None
     if need_at is not None:
-        mates = [rank for place, _, rank in gathered if place == device]
         scale = largest_fitting(lambda m, n, k: sum(need_at(rank, m, n, k) for rank in mates), shape, free)
         scale = topo.comm.allreduce(scale, op=MPI.MIN)  # the same figure on every rank
         largest = scaled(shape, scale)

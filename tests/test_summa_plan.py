@@ -399,8 +399,9 @@ def test_auto_panel_weighted_gives_a_valid_plan(rows, cols, k, data):
 class _Gather:
     """A communicator's allgather as one rank sees it: its own value first, then the others' (given).
 
-    The others' ``(device, needs)``; where the rank gathers ``(device, free bytes)`` (the memory
-    check's free memory), each other rank saw as much free on its device as this one.
+    The others' ``(device, needs)``, ranked 1, 2, ... where the rank gathers ``(device, needs, rank)``;
+    where it gathers ``(device, free bytes)`` (the memory check's free memory), each other rank saw
+    as much free on its device as this one.
     """
 
     def __init__(self, others=()):
@@ -409,6 +410,8 @@ class _Gather:
     def allgather(self, mine):
         if isinstance(mine, tuple) and len(mine) == 2 and isinstance(mine[1], int):
             return [mine, *((device, mine[1]) for device, _ in self.others)]
+        if isinstance(mine, tuple) and len(mine) == 3:
+            return [mine, *((device, needs, 1 + i) for i, (device, needs) in enumerate(self.others))]
         return [mine, *self.others]
 
 
@@ -422,7 +425,7 @@ def _fitting(widths, needs, free, node_others=(), world_others=(), device=0):
 
     from hpcmm.choices import widest_fitting
 
-    topo = SimpleNamespace(node_comm=_Gather(node_others), comm=_Gather(world_others))
+    topo = SimpleNamespace(node_comm=_Gather(node_others), comm=_Gather(world_others), rank=0)
     backend = SimpleNamespace(on_gpu=True, device_id=device, memory_info=lambda: (free, 2 * free))
     return widest_fitting(topo, backend, widths, dict(zip(widths, needs)).__getitem__)
 
