@@ -4,7 +4,10 @@ Generated matrices are cut into fixed tiles of ``TILE × TILE`` elements, and
 each tile is drawn from its own stream, seeded by (seed, matrix, tile row,
 tile column).  A rank draws the tiles its block touches, so the global matrix
 is the same for every rank count and grid, and no rank ever holds more than
-its block (plus one tile row).
+its block (plus one tile per thread).  The tile rows are drawn by as many
+threads as the rank's BLAS share (:func:`hpcmm.threads.threads_in_force`):
+numpy's generators release the GIL, and each tile has its own stream, so the
+values do not depend on the thread count.
 
 Files: ``FILE.h5:DATASET`` (h5py) or ``FILE.npy`` (memory-mapped); each rank
 reads only its block.  A bfloat16 HDF5 dataset is its raw 16-bit patterns
@@ -16,12 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from .config import regular_file
 from .dtypes import is_bfloat16, numpy_dtype, read_dataset, stored_type
 from .errors import InputError
+from .threads import threads_in_force
 
 __all__ = ["TILE", "MatrixSource", "generate_block", "open_source"]
 
@@ -64,7 +69,8 @@ def generate_block(seed: int, which: str, shape, rows, cols, dtype) -> np.ndarra
     if out.size == 0:
         return out
     rows_total, cols_total = shape
-    for ti in range(r0 // TILE, (r1 - 1) // TILE + 1):
+
+    def tile_row(ti: int) -> None:
         tr0, tr1 = ti * TILE, min((ti + 1) * TILE, rows_total)
         for tj in range(c0 // TILE, (c1 - 1) // TILE + 1):
             tc0, tc1 = tj * TILE, min((tj + 1) * TILE, cols_total)
@@ -74,6 +80,16 @@ def generate_block(seed: int, which: str, shape, rows, cols, dtype) -> np.ndarra
             out[lo_r - r0 : hi_r - r0, lo_c - c0 : hi_c - c0] = tile[
                 lo_r - tr0 : hi_r - tr0, lo_c - tc0 : hi_c - tc0
             ]
+
+    tile_rows = range(r0 // TILE, (r1 - 1) // TILE + 1)
+    workers = min(threads_in_force(), len(tile_rows))
+    if workers <= 1:
+        for ti in tile_rows:
+            tile_row(ti)
+        return out
+    # Each tile row writes its own rows of ``out``; list() re-raises a worker's error here.
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hpcmm-generate") as pool:
+        list(pool.map(tile_row, tile_rows))
     return out
 
 

@@ -27,7 +27,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
-__all__ = ["BlasThreads", "attributes", "limit_blas_threads", "share_of_cpus"]
+__all__ = ["BlasThreads", "attributes", "limit_blas_threads", "share_of_cpus", "threads_in_force"]
 
 #: Variables by which a user sets the BLAS thread count; any of them set wins.
 USER_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
@@ -145,3 +145,8 @@ def limit_blas_threads(topo, environ: Mapping[str, str] | None = None) -> BlasTh
 def attributes() -> dict[str, object]:
     """The ``/config`` attributes of the setting in force in this process (none: ``{}``)."""
     return _IN_FORCE[0].attributes() if _IN_FORCE else {}
+
+
+def threads_in_force() -> int:
+    """This rank's thread count for its own parallel host work: the BLAS share of the run in progress (none: 1)."""
+    return _IN_FORCE[0].threads if _IN_FORCE else 1

@@ -76,6 +76,22 @@ def test_complex_dtypes(dtype):
     assert np.array_equal(part, z[TILE - 3:TILE + 2, 2:6])
 
 
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_threads_draw_the_same_values_as_one(monkeypatch, threads):
+    """The tile rows may be drawn by several threads; each element still comes from its own tile's stream."""
+    import hpcmm.threads as threads_module
+
+    shape, rows, cols = (5 * TILE + 37, 2 * TILE + 5), (TILE - 3, 5 * TILE + 20), (11, 2 * TILE + 1)
+    one = generate_block(7, "B", shape, rows, cols, np.float32)
+    monkeypatch.setattr(threads_module, "_IN_FORCE", [threads_module.BlasThreads(threads, threads, threads,
+                                                                                threads, threads, "test", "-")])
+    assert threads_module.threads_in_force() == threads
+    many = generate_block(7, "B", shape, rows, cols, np.float32)
+    assert np.array_equal(one, many)
+    full = generate_block(7, "B", shape, (0, shape[0]), (0, shape[1]), np.float32)
+    assert np.array_equal(many, full[rows[0]:rows[1], cols[0]:cols[1]])
+
+
 def test_empty_block():
     block = generate_block(1, "A", (4, 4), (4, 4), (0, 4), np.float32)
     assert block.shape == (0, 4) and block.dtype == np.float32
