@@ -41,6 +41,44 @@ __all__ = ["DynamicEngine", "DynamicTimes"]
 #: Tiles a rank's device may have queued when it claims the next: the next starts as one ends.
 QUEUED_TILES = 2
 
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """One GEMM of a tile: the k range ``[k0, k0 + width)`` of the owner's block, whose A columns
+    start at ``a_offset`` of the block held by grid column ``a_root`` and whose B rows start at
+    ``b_offset`` of the block held by grid row ``b_root``."""
+
+    a_root: int
+    b_root: int
+    a_offset: int
+    b_offset: int
+    width: int
+
+
+def merged_spans(steps) -> list[Span]:
+    """``steps`` (in k order) as the fewest GEMMs: consecutive steps that read the same two blocks at
+    contiguous offsets become one.
+
+    Nothing moves in a dynamic product (a tile reads its panels where they lie), so the panel width
+    only sets the GEMMs' count; one GEMM per pair of source blocks keeps each GEMM as wide as the
+    owners allow.
+
+    >>> from types import SimpleNamespace as S
+    >>> [s.width for s in merged_spans([S(a_root=0, b_root=0, a_offset=0, b_offset=0, width=4),
+    ...                                  S(a_root=0, b_root=0, a_offset=4, b_offset=4, width=4),
+    ...                                  S(a_root=1, b_root=0, a_offset=0, b_offset=8, width=3)])]
+    [8, 3]
+    """
+    spans: list[Span] = []
+    for step in steps:
+        last = spans[-1] if spans else None
+        if (last is not None and (last.a_root, last.b_root) == (step.a_root, step.b_root)
+                and last.a_offset + last.width == step.a_offset and last.b_offset + last.width == step.b_offset):
+            spans[-1] = dataclasses.replace(last, width=last.width + step.width)
+        else:
+            spans.append(Span(step.a_root, step.b_root, step.a_offset, step.b_offset, step.width))
+    return spans
+
+
 @dataclasses.dataclass
 class DynamicTimes(IterationTimes):
     """One product's timings on this rank, and the tiles it computed: ``(owner, tile, row0, row1, seconds)``."""
@@ -87,8 +125,10 @@ class DynamicEngine:
         self.tiles = choices.tiles
         self._steps = [self._owner_steps(rank) for rank in range(size)]
         self.plan = self._steps[topo.rank]
-        #: The most times one element of C is stored in a product (a tile's steps): the check's rounding model.
-        self.c_stores = max(len(steps) for steps in self._steps)
+        #: Per rank: the GEMMs each of its tiles runs (its steps merged where they read the same blocks).
+        self._spans = [merged_spans(steps) for steps in self._steps]
+        #: The most times one element of C is stored in a product (a tile's GEMMs): the check's rounding model.
+        self.c_stores = max(len(spans) for spans in self._spans)
         #: Records per product: any rank may compute every tile.
         self.steps = choices.steps
         self.closed = False
@@ -163,15 +203,15 @@ class DynamicEngine:
         return int(got[0])
 
     def _tile(self, owner: int, row0: int, row1: int, stream) -> None:
-        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, step by step; counts the bytes read
+        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, one GEMM per span; counts the bytes read
         from other ranks' blocks (:attr:`bytes_by_pair`)."""
         grid = self.layout.grid
         row, col = grid.coords(owner)
         c = self._views[owner][2][row0:row1]
-        for s, step in enumerate(self._steps[owner]):
-            a_owner, b_owner = grid.rank(row, step.a_root), grid.rank(step.b_root, col)
-            a = self._views[a_owner][0][row0:row1, step.a_offset:step.a_offset + step.width]
-            b = self._views[b_owner][1][step.b_offset:step.b_offset + step.width]
+        for s, span in enumerate(self._spans[owner]):
+            a_owner, b_owner = grid.rank(row, span.a_root), grid.rank(span.b_root, col)
+            a = self._views[a_owner][0][row0:row1, span.a_offset:span.a_offset + span.width]
+            b = self._views[b_owner][1][span.b_offset:span.b_offset + span.width]
             self.backend.gemm(a, b, c, accumulate=s > 0, stream=stream, tf32=self.tf32)
             self._progress()
             for source, part in ((a_owner, a), (b_owner, b)):
