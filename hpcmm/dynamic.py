@@ -41,11 +41,12 @@ __all__ = ["DynamicEngine", "DynamicTimes"]
 #: Tiles a rank's device may have queued when it claims the next: the next starts as one ends.
 QUEUED_TILES = 2
 
+
 @dataclasses.dataclass(frozen=True)
 class Span:
-    """One GEMM of a tile: the k range ``[k0, k0 + width)`` of the owner's block, whose A columns
-    start at ``a_offset`` of the block held by grid column ``a_root`` and whose B rows start at
-    ``b_offset`` of the block held by grid row ``b_root``."""
+    """One GEMM of a tile: ``width`` columns of A from ``a_offset`` of the block that grid column
+    ``a_root`` holds (in the owner's grid row), times as many rows of B from ``b_offset`` of the
+    block that grid row ``b_root`` holds (in the owner's grid column)."""
 
     a_root: int
     b_root: int

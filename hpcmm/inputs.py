@@ -87,9 +87,13 @@ def generate_block(seed: int, which: str, shape, rows, cols, dtype) -> np.ndarra
         for ti in tile_rows:
             tile_row(ti)
         return out
-    # Each tile row writes its own rows of ``out``; list() re-raises a worker's error here.
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hpcmm-generate") as pool:
+    # Each tile row writes its own rows of ``out``; list() re-raises a worker's error here.  On any
+    # exception (a signal's included) the rows not yet started are dropped, not drawn first.
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hpcmm-generate")
+    try:
         list(pool.map(tile_row, tile_rows))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return out
 
 

@@ -92,6 +92,31 @@ def test_threads_draw_the_same_values_as_one(monkeypatch, threads):
     assert np.array_equal(many, full[rows[0]:rows[1], cols[0]:cols[1]])
 
 
+def test_a_failing_tile_raises_once_the_threads_stopped(monkeypatch):
+    """An error in one thread's tile reaches the caller (with its own message), after every thread stopped."""
+    import threading
+
+    import hpcmm.inputs as inputs
+    import hpcmm.threads as threads_module
+
+    monkeypatch.setattr(threads_module, "_IN_FORCE", [threads_module.BlasThreads(2, 2, 2, 2, 2, "test", "-")])
+    drawn, lock, real = [], threading.Lock(), inputs._tile
+
+    def tile(seed, which, ti, tj, shape, dtype):
+        with lock:
+            drawn.append(ti)
+        if ti == 0:
+            raise MemoryError("tile 0")
+        return real(seed, which, ti, tj, shape, dtype)
+
+    monkeypatch.setattr(inputs, "_tile", tile)
+    rows = 64
+    with pytest.raises(MemoryError, match="tile 0"):
+        generate_block(1, "A", (rows * TILE, 8), (0, rows * TILE), (0, 8), np.float64)
+    assert 0 in drawn
+    assert not [t for t in threading.enumerate() if t.name.startswith("hpcmm-generate")]
+
+
 def test_empty_block():
     block = generate_block(1, "A", (4, 4), (4, 4), (0, 4), np.float32)
     assert block.shape == (0, 4) and block.dtype == np.float32
