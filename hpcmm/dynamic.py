@@ -27,7 +27,7 @@ from time import perf_counter
 import numpy as np
 from mpi4py import MPI
 
-from .algorithms import rank_plan
+from .algorithms import Step, rank_plan
 from .choices import EngineChoices
 from .config import RunConfig
 from .dtypes import numpy_dtype
@@ -42,41 +42,26 @@ __all__ = ["DynamicEngine", "DynamicTimes"]
 QUEUED_TILES = 2
 
 
-@dataclasses.dataclass(frozen=True)
-class Span:
-    """One GEMM of a tile: ``width`` columns of A from ``a_offset`` of the block that grid column
-    ``a_root`` holds (in the owner's grid row), times as many rows of B from ``b_offset`` of the
-    block that grid row ``b_root`` holds (in the owner's grid column)."""
-
-    a_root: int
-    b_root: int
-    a_offset: int
-    b_offset: int
-    width: int
-
-
-def merged_spans(steps) -> list[Span]:
+def merged_spans(steps: list[Step]) -> list[Step]:
     """``steps`` (in k order) as the fewest GEMMs: consecutive steps that read the same two blocks at
-    contiguous offsets become one.
+    contiguous offsets become one step over their joint k range.
 
     Nothing moves in a dynamic product (a tile reads its panels where they lie), so the panel width
     only sets the GEMMs' count; one GEMM per pair of source blocks keeps each GEMM as wide as the
     owners allow.
 
-    >>> from types import SimpleNamespace as S
-    >>> [s.width for s in merged_spans([S(a_root=0, b_root=0, a_offset=0, b_offset=0, width=4),
-    ...                                  S(a_root=0, b_root=0, a_offset=4, b_offset=4, width=4),
-    ...                                  S(a_root=1, b_root=0, a_offset=0, b_offset=8, width=3)])]
+    >>> [s.width for s in merged_spans([Step(0, 0, 4, 0, 0, 0, 0), Step(1, 4, 8, 0, 4, 0, 4),
+    ...                                  Step(2, 8, 11, 1, 0, 0, 8)])]
     [8, 3]
     """
-    spans: list[Span] = []
+    spans: list[Step] = []
     for step in steps:
         last = spans[-1] if spans else None
-        if (last is not None and (last.a_root, last.b_root) == (step.a_root, step.b_root)
+        if (last is not None and (last.a_root, last.b_root) == (step.a_root, step.b_root) and last.k1 == step.k0
                 and last.a_offset + last.width == step.a_offset and last.b_offset + last.width == step.b_offset):
-            spans[-1] = dataclasses.replace(last, width=last.width + step.width)
+            spans[-1] = dataclasses.replace(last, k1=step.k1)
         else:
-            spans.append(Span(step.a_root, step.b_root, step.a_offset, step.b_offset, step.width))
+            spans.append(step)
     return spans
 
 
@@ -204,7 +189,7 @@ class DynamicEngine:
         return int(got[0])
 
     def _tile(self, owner: int, row0: int, row1: int, stream) -> None:
-        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, one GEMM per span; counts the bytes read
+        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, one GEMM per merged step; counts the bytes read
         from other ranks' blocks (:attr:`bytes_by_pair`)."""
         grid = self.layout.grid
         row, col = grid.coords(owner)

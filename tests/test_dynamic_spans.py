@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcmm.algorithms import rank_plan
+from hpcmm.algorithms import Step, rank_plan
 from hpcmm.dynamic import merged_spans
 from hpcmm.layout import Grid, Layout
 
@@ -32,8 +32,5 @@ def test_spans_read_every_k_where_the_steps_do(grid, panel):
 
 
 def test_steps_whose_offsets_jump_stay_apart():
-    from types import SimpleNamespace as S
-
-    steps = [S(a_root=0, b_root=0, a_offset=0, b_offset=0, width=4),
-             S(a_root=0, b_root=0, a_offset=8, b_offset=4, width=4)]
+    steps = [Step(0, 0, 4, 0, 0, 0, 0), Step(1, 4, 8, 0, 8, 0, 4)]
     assert [s.width for s in merged_spans(steps)] == [4, 4]
