@@ -3,7 +3,7 @@
     python benchmarks/largest_problems.py --free-gib 139.3 --gpus 1 2 4 8 --ranks-per-gpu 1 2 8
 
 Pure arithmetic (no GPU, no MPI job): for each case the default grid of the job (one node), every
-GPU with the same free memory, and :func:`hpcmm.info.largest_square`.  Prints a Markdown table and,
+GPU with the same free memory, and :func:`hpcmm.cli.info.largest_square`.  Prints a Markdown table and,
 with ``--out``, writes the rows as JSON.  What the rule leaves out (the CUDA context, the memory
 pool's rounding, the GEMM library's workspace: about 4.7 GiB beside 54 GiB of operands on one H200
 at 49152³ float64, docs/performance.md) is not subtracted: pass a smaller ``--free-gib`` for it.
@@ -15,8 +15,8 @@ import argparse
 import json
 import sys
 
-from hpcmm.grid_orientation import default_grid
-from hpcmm.info import largest_square
+from hpcmm.planning.grid_orientation import default_grid
+from hpcmm.cli.info import largest_square
 
 KINDS = {"float64": 8, "float32": 4, "bfloat16": 2}
 

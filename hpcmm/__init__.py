@@ -18,7 +18,7 @@ The command line's run (generated or read inputs, timed, verified, written):
 
 ``import hpcmm`` loads only light modules: :class:`Matmul`, :func:`run` and
 the helpers that need mpi4py's MPI are imported on first use, so that
-``python -m hpcmm`` can guard the process (:mod:`hpcmm.startup`) before
+``python -m hpcmm`` can guard the process (:mod:`hpcmm.cli.startup`) before
 anything that can fail on one rank.
 """
 
@@ -28,17 +28,17 @@ import types
 __version__ = "0.1.0"
 
 from .config import RunConfig  # noqa: E402
-from .distribution import Layout  # noqa: E402
+from .geometry.distribution import Layout  # noqa: E402
 from .errors import HpcmmError, InputError, VerificationError  # noqa: E402
 from .options import MatmulOptions  # noqa: E402
-from .plan import Plan  # noqa: E402
+from .planning.plan import Plan  # noqa: E402
 
 __all__ = ["ExecuteTimes", "HpcmmError", "InputError", "Layout", "Matmul", "MatmulOptions", "Plan", "RunConfig",
            "RunResult", "VerificationError", "gather", "matmul", "run", "write_hdf5", "__version__"]
 
 #: Names imported on first use, and the module each comes from.
-_LAZY = {"run": "run", "RunResult": "run", "Matmul": "matmul", "matmul": "matmul", "ExecuteTimes": "matmul",
-         "gather": "gathering", "write_hdf5": "gathering"}
+_LAZY = {"run": "cli.run", "RunResult": "cli.run", "Matmul": "matmul", "matmul": "matmul",
+         "ExecuteTimes": "matmul", "gather": "io.gathering", "write_hdf5": "io.gathering"}
 
 
 class _Package(types.ModuleType):

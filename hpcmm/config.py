@@ -18,14 +18,14 @@ import stat
 from collections.abc import Callable, Mapping
 
 from .errors import InputError
-from .gemm_library import LIBRARIES as GEMM_LIBRARIES
-from .grid_orientation import ORIENTATIONS as GRID_ORIENTATIONS
-from .gemm_orders import AUTO as GEMM_ORDER_AUTO
-from .gemm_orders import ORDERS as GEMM_ORDERS
-from .gemm_orders import parse_order
-from .algorithms.layers import parse_algo
+from .execution.gemm_library import LIBRARIES as GEMM_LIBRARIES
+from .planning.grid_orientation import ORIENTATIONS as GRID_ORIENTATIONS
+from .planning.gemm_orders import AUTO as GEMM_ORDER_AUTO
+from .planning.gemm_orders import ORDERS as GEMM_ORDERS
+from .planning.gemm_orders import parse_order
+from .planning.algorithms.layers import parse_algo
 
-#: Values of ``--balance`` (:mod:`hpcmm.balance`; kept here, where no module imports numpy, so that
+#: Values of ``--balance`` (:mod:`hpcmm.planning.balance`; kept here, where no module imports numpy, so that
 #: ``import hpcmm`` stays light and ``python -m hpcmm`` blocks signals before any thread exists).
 BALANCE_MODES = ("share", "measured", "product", "dynamic", "none")
 #: The balance used when none is given.
@@ -97,9 +97,9 @@ def parse_positive_int(name: str, text: object, *, minimum: int = 1, maximum: in
 #: What each command that writes a file names it when ``--out`` is not given: ``run``'s results,
 #: ``bench``'s and ``bench transport``'s figures (``hpcmm-bench-YYYYmmdd-HHMMSS.h5``, ...).
 OUTPUT_KINDS = ("results", "bench", "transport")
-#: ``bench``'s cases when ``--cases`` is not given (:mod:`hpcmm.bench`; here, where the help reads it).
+#: ``bench``'s cases when ``--cases`` is not given (:mod:`hpcmm.bench.command`; here, where the help reads it).
 BENCH_CASES = "float64:16384;float32:16384"
-#: ``bench transport``'s sizes in MiB when ``--sizes`` is not given (:mod:`hpcmm.bench_transport`).
+#: ``bench transport``'s sizes in MiB when ``--sizes`` is not given (:mod:`hpcmm.bench.transport`).
 TRANSPORT_SIZES_MIB = (1, 4, 16, 64, 256, 1024)
 
 
@@ -111,7 +111,7 @@ def new_output_name(directory: str = ".", now: datetime.datetime | None = None, 
     same second, so that running the same command twice never collides with the
     first run's file.  Two runs started at once may still pick the same name:
     the one that publishes second takes the next free one
-    (:func:`next_output_name`, :func:`hpcmm.h5io.publish`).
+    (:func:`next_output_name`, :func:`hpcmm.io.h5io.publish`).
 
     Examples
     --------
@@ -338,7 +338,7 @@ ENVIRONMENT: dict[str, EnvSetting] = {
     ),
     "HPCMM_GEMM_ORDER": EnvSetting(
         "gemm_order", lambda t: parse_order("HPCMM_GEMM_ORDER", t),
-        "the GEMM's operand orders, A's then B's (FC, CC, CF, FF; auto: hpcmm.gemm_orders' table)",
+        "the GEMM's operand orders, A's then B's (FC, CC, CF, FF; auto: hpcmm.planning.gemm_orders' table)",
     ),
 }
 
@@ -411,14 +411,14 @@ class RunConfig:
     op_b: str = "N"
     timeline: bool = True
     quiet: bool = False
-    #: The local GEMM's operand orders (:mod:`hpcmm.gemm_orders`): ``auto`` (the table) or FC, CC, CF, FF.
+    #: The local GEMM's operand orders (:mod:`hpcmm.planning.gemm_orders`): ``auto`` (the table) or FC, CC, CF, FF.
     gemm_order: str = GEMM_ORDER_AUTO
     #: The order of the SUMMA steps on each rank: ``auto`` (each starts with its own blocks where every
-    #: panel is a one-sided pull, :func:`~hpcmm.algorithms.own_start`) or ``common`` (the same everywhere).
+    #: panel is a one-sided pull, :func:`~hpcmm.planning.algorithms.own_start`) or ``common`` (the same everywhere).
     step_order: str = "auto"
-    #: The library of the local GEMMs (:mod:`hpcmm.gemm_library`): ``auto`` (per shape, measured) or ``gemmex``.
+    #: The library of the local GEMMs (:mod:`hpcmm.execution.gemm_library`): ``auto`` (per shape, measured) or ``gemmex``.
     gemm_library: str = "auto"
-    #: Which way the default grid faces (:mod:`hpcmm.grid_orientation`): ``auto`` (by type and sharing),
+    #: Which way the default grid faces (:mod:`hpcmm.planning.grid_orientation`): ``auto`` (by type and sharing),
     #: ``wide``, ``tall`` or ``row``.
     grid_orientation: str = "auto"
     #: ``summa``, ``2.5d`` (the layer count the cost model finds fastest), ``2.5d:C`` or ``auto``.

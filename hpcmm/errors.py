@@ -4,7 +4,7 @@ An MPI program that raises on one rank and not on the others hangs: the others
 wait in the next collective.  hpcmm therefore turns a local failure into the
 same exception on all ranks (:func:`agree`), the way Heat combines error flags
 with an ``allreduce``, and reserves ``MPI.Abort`` for failures that cannot be
-made collective (see :mod:`hpcmm.cli`).
+made collective (see :mod:`hpcmm.cli.main`).
 """
 
 from __future__ import annotations

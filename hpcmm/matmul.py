@@ -14,7 +14,7 @@ Launch (four ranks; each holds its blocks of A, B and C)::
 The plan's layout (:attr:`Plan.layout`) is where hpcmm computes without moving
 data; a caller may hold its blocks in any other 2-D block layout
 (``layout=``), and they are then moved in and out with MPI
-(:mod:`hpcmm.redistribute`).  Operands are copied into hpcmm's blocks unless
+(:mod:`hpcmm.io.redistribute`).  Operands are copied into hpcmm's blocks unless
 they are those blocks (:meth:`Matmul.empty`).
 """
 
@@ -29,16 +29,16 @@ from time import perf_counter
 import numpy as np
 from mpi4py import MPI
 
-from .assemble import Semantics, assembled
+from .planning.assemble import Semantics, assembled
 from .config import DTYPES
-from .distribution import OPERANDS, Layout
+from .geometry.distribution import OPERANDS, Layout
 from .dtypes import numpy_dtype
-from .engine import copy_in
+from .execution.engine import copy_in
 from .errors import InputError, agree, collective
-from .operands import apply_op, check, to_host, view
+from .io.operands import apply_op, check, to_host, view
 from .options import as_options
-from .plan import Plan, agree_on, settings_fields
-from .redistribute import redistribute
+from .planning.plan import Plan, agree_on, settings_fields
+from .io.redistribute import redistribute
 
 __all__ = ["ExecuteTimes", "Matmul", "OPS", "matmul"]
 

@@ -230,7 +230,7 @@ def _wide(dtype) -> type:
 #: The most bytes of a block's rows, widened, that the check takes at once on the device: each chunk
 #: makes up to :data:`VERIFY_COPIES` temporaries of this size (widened, magnitude, square), so the
 #: check's scratch is bounded whatever the shape, and the memory check counts it
-#: (:func:`hpcmm.choices.working_bytes`).
+#: (:func:`hpcmm.planning.choices.working_bytes`).
 VERIFY_CHUNK_BYTES = 64 << 20
 VERIFY_COPIES = 3
 

@@ -91,7 +91,7 @@ make_launch() {
 }
 
 # outcome LAUNCHER_STATUS STATUS_FILE TASKS: result (exit status) and label from
-# hpcmm's status file (hpcmm/status.py), not guessed from the launcher's status.
+# hpcmm's status file (hpcmm/io/status.py), not guessed from the launcher's status.
 outcome() {
     local code=$1 file=$2 tasks=$3 key value state='' exit='' reason='' ranks=''
     if [[ -f $file ]]; then
@@ -450,8 +450,8 @@ run_product() {
 hpcmm_grid() {
     # The batch shell runs on the job's first node: its GPUs are the ones the ranks find.
     "$python" -c 'import os, sys
-from hpcmm.backend import gpu_count
-from hpcmm.grid_orientation import default_grid
+from hpcmm.execution.backend import gpu_count
+from hpcmm.planning.grid_orientation import default_grid
 p, nodes, dtype, n = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[6])  # n: C columns on one row
 device = os.environ.get("HPCMM_DEVICE", "auto")
 on_gpu = device == "gpu" or device == "auto" and gpu_count() > 0

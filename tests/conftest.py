@@ -80,9 +80,9 @@ def one_rank():
     """A one-rank topology over ``COMM_SELF`` and a numpy backend, for checks called directly."""
     from mpi4py import MPI  # noqa: PLC0415 - only the tests that ask for it start MPI here
 
-    from hpcmm.backend import CpuBackend  # noqa: PLC0415
+    from hpcmm.execution.backend import CpuBackend  # noqa: PLC0415
     from hpcmm.config import RunConfig  # noqa: PLC0415
-    from hpcmm.topology import Topology  # noqa: PLC0415
+    from hpcmm.execution.topology import Topology  # noqa: PLC0415
 
     topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
     try:

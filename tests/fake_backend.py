@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from hpcmm import engine as engine_module
-from hpcmm.backend import CpuBackend
-from hpcmm.transport.channel import Transfer
+from hpcmm.execution import engine as engine_module
+from hpcmm.execution.backend import CpuBackend
+from hpcmm.execution.transport.channel import Transfer
 
 
 @dataclasses.dataclass

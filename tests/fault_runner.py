@@ -6,7 +6,7 @@ Usage (under ``mpiexec``; everything after ``--`` goes to hpcmm)::
 
 ``--fault RANK:WHERE:HOW`` (repeatable) wraps one hpcmm function on rank RANK
 so that it fails in the way HOW says, then runs hpcmm exactly as
-``python -m hpcmm`` does (:func:`hpcmm.startup.launch`).  The product code
+``python -m hpcmm`` does (:func:`hpcmm.cli.startup.launch`).  The product code
 knows nothing of it.
 
 WHERE: ``start`` (once MPI has started, before the command line is read),
@@ -144,8 +144,8 @@ def install(faults: list[tuple[int, str, str]]) -> None:
         if where == "start":
             _strike(where, how)
         # Modules by name: the package attribute hpcmm.run is the function run(), not the module.
-        cli, engine, h5io, placement, run = (importlib.import_module(f"hpcmm.{name}")
-                                             for name in ("cli", "engine", "h5io", "placement", "run"))
+        cli, engine, h5io, placement, run = (importlib.import_module(f"hpcmm.{name}") for name in (
+            "cli.main", "execution.engine", "io.h5io", "execution.placement", "cli.run"))
 
         if how == "hang-after" and where in ("write", "publish"):
             _hang_after(h5io, {"write": "write_results", "publish": "publish"}[where])
@@ -172,6 +172,6 @@ def install(faults: list[tuple[int, str, str]]) -> None:
 
 if __name__ == "__main__":
     FAULTS, ARGS = _parse(sys.argv[1:])
-    from hpcmm.startup import launch
+    from hpcmm.cli.startup import launch
 
     sys.exit(launch(ARGS, prepare=lambda: install(FAULTS)))

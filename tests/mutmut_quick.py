@@ -4,9 +4,9 @@ mutmut reads one configuration, ``[tool.mutmut]`` in pyproject.toml, made for th
 module of hpcmm/, the whole CPU suite).  This runs mutmut with two of its settings narrowed for one
 call: the modules to mutate and the tests that judge them::
 
-    python tests/mutmut_quick.py --mutate hpcmm/plan.py --mutate hpcmm/distribution.py \\
+    python tests/mutmut_quick.py --mutate hpcmm/planning/plan.py --mutate hpcmm/geometry/distribution.py \\
         --tests 'tests/test_matmul.py -k "not four_ranks and not another_setting"' run --max-children 1
-    python tests/mutmut_quick.py --mutate hpcmm/plan.py --tests tests/test_matmul.py results
+    python tests/mutmut_quick.py --mutate hpcmm/planning/plan.py --tests tests/test_matmul.py results
 
 Everything after the options is mutmut's own command line (``run``, ``results``, ``show NAME``, ...).
 Run it from the repository root.
@@ -22,7 +22,7 @@ import sys
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutate", action="append", required=True, metavar="PATH",
-                        help="a module (or glob, e.g. 'hpcmm/transport/*') to mutate; repeat for more")
+                        help="a module (or glob, e.g. 'hpcmm/execution/transport/*') to mutate; repeat for more")
     parser.add_argument("--tests", required=True, metavar="PYTEST_ARGS",
                         help="pytest's arguments that select the tests, as one shell-quoted string")
     options, mutmut_args = parser.parse_known_args(argv)

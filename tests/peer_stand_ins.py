@@ -1,12 +1,12 @@
 """Memory that the ranks of one node read from each other, for ranks that are threads (:mod:`thread_comm`).
 
-Two stand-ins, one per path of :mod:`hpcmm.transport.ipc`:
+Two stand-ins, one per path of :mod:`hpcmm.execution.transport.ipc`:
 
-* ``shm``: :func:`shared_windows` makes ``MPI.Win.Allocate_shared`` (as ``hpcmm.transport.ipc``
+* ``shm``: :func:`shared_windows` makes ``MPI.Win.Allocate_shared`` (as ``hpcmm.execution.transport.ipc``
   calls it) work over a :class:`~thread_comm.ThreadComm`: every rank's segment is a numpy buffer
   every rank can read.  A real communicator still gets MPI's window.
 * ``ipc``: :class:`IpcBackend`, a GPU backend on the virtual clock of
-  :class:`~fake_backend.FakeBackend` with CUDA IPC as :class:`~hpcmm.backend.GpuBackend` offers it:
+  :class:`~fake_backend.FakeBackend` with CUDA IPC as :class:`~hpcmm.execution.backend.GpuBackend` offers it:
   exported allocations named by handles, mapped by node peers (not by their owner, once each),
   copied from by address; interprocess events recorded on a stream and waited on by peers.  None
   as a stream is what it is to cupy: the current (default) stream for an event, an error for a
@@ -36,7 +36,7 @@ from mpi4py import MPI
 from numpy.lib.array_utils import byte_bounds
 from thread_comm import ThreadComm
 
-from hpcmm.transport import ipc as ipc_module
+from hpcmm.execution.transport import ipc as ipc_module
 
 # -- shm: MPI shared windows over a ThreadComm --------------------------------------------------
 
@@ -62,7 +62,7 @@ class _SharedWindow:
 
 
 def shared_windows(monkeypatch) -> list:
-    """Give ``hpcmm.transport.ipc`` shared windows over ThreadComms; returns the windows it makes."""
+    """Give ``hpcmm.execution.transport.ipc`` shared windows over ThreadComms; returns the windows it makes."""
     made: list[_SharedWindow] = []
 
     def allocate_shared(size, disp_unit=1, info=MPI.INFO_NULL, comm=MPI.COMM_SELF):

@@ -1,6 +1,6 @@
 """The arrangement of a run's ranks without MPI: weights in grid order, blocks, records, MPS verdicts.
 
-:class:`hpcmm.arrangement.Arrangement` is plain data; here it is built from
+:class:`hpcmm.planning.arrangement.Arrangement` is plain data; here it is built from
 what every rank of a virtual run would have reported (devices, rates, MPS
 states), so any rank count can be checked in one process.  :func:`arrange`
 itself runs at one rank; tests/mpi/test_run_balance_mpi.py runs it at 1–4.
@@ -14,13 +14,13 @@ import socket
 import pytest
 from mpi4py import MPI
 
-from hpcmm.arrangement import GPU_BLOCK_QUANTUM, arrange, arrangement_for
-from hpcmm.backend import CpuBackend
-from hpcmm.balance import Balance, Device, ranks_per_device, weights_for
+from hpcmm.planning.arrangement import GPU_BLOCK_QUANTUM, arrange, arrangement_for
+from hpcmm.execution.backend import CpuBackend
+from hpcmm.planning.balance import Balance, Device, ranks_per_device, weights_for
 from hpcmm.config import RunConfig
-from hpcmm.choices import device_need, memory_needed
-from hpcmm.layout import Grid, Layout, predicted_imbalance
-from hpcmm.mps import MpsState
+from hpcmm.planning.choices import device_need, memory_needed
+from hpcmm.geometry.layout import Grid, Layout, predicted_imbalance
+from hpcmm.planning.mps import MpsState
 
 
 def state(active: bool) -> MpsState:

@@ -14,7 +14,7 @@ import types
 
 import numpy as np
 
-from hpcmm.backend import GpuBackend
+from hpcmm.execution.backend import GpuBackend
 
 
 class _Stream:

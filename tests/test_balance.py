@@ -1,6 +1,6 @@
 """Rank weights from GPU shares and measured GEMM rates, on the CPU.
 
-The collective part (:func:`hpcmm.balance.gather_balance`) runs under MPI in
+The collective part (:func:`hpcmm.planning.balance.gather_balance`) runs under MPI in
 ``tests/mpi/test_balance_mpi.py``.
 """
 
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcmm import balance as balance_module
-from hpcmm.backend import CpuBackend
-from hpcmm.balance import (
+from hpcmm.planning import balance as balance_module
+from hpcmm.execution.backend import CpuBackend
+from hpcmm.planning.balance import (
     DEFAULT_MODE,
     MODES,
     Device,
@@ -28,7 +28,7 @@ from hpcmm.balance import (
     share_weights,
     weights_for,
 )
-from hpcmm.layout import Grid, Layout, predicted_imbalance
+from hpcmm.geometry.layout import Grid, Layout, predicted_imbalance
 
 
 def test_module_doctests():
@@ -221,7 +221,7 @@ def test_gemm_rate_refuses_empty_timings(size, window, batch):
 
 
 def test_product_weights_are_share_first_then_the_rates():
-    from hpcmm.balance import product_rate
+    from hpcmm.planning.balance import product_rate
 
     assert weights_for("product", ["a", "b", "a"]) == (0.5, 1.0, 0.5)
     assert weights_for("product", ["a", "b", "a"], [1e12, 4e12, 2e12]) == (0.25, 1.0, 0.5)
@@ -232,11 +232,11 @@ def test_product_weights_are_share_first_then_the_rates():
 
 
 def test_ranks_on_my_device_counts_this_rank():
-    """The count the GEMM library is told (hpcmm.placement): one rank alone on its device is 1."""
+    """The count the GEMM library is told (hpcmm.execution.placement): one rank alone on its device is 1."""
     from mpi4py import MPI
 
-    from hpcmm.backend import CpuBackend
-    from hpcmm.balance import ranks_on_my_device
+    from hpcmm.execution.backend import CpuBackend
+    from hpcmm.planning.balance import ranks_on_my_device
 
     assert ranks_on_my_device(MPI.COMM_SELF, CpuBackend(), "node0") == 1
 

@@ -21,8 +21,10 @@ from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 from mpi4py import MPI
 
 import hpcmm
-from hpcmm import bench, h5io, peers
-from hpcmm.backend import CpuBackend
+from hpcmm.bench import command as bench
+from hpcmm.io import h5io
+from hpcmm.bench import peers
+from hpcmm.execution.backend import CpuBackend
 from hpcmm.config import RunConfig
 
 
@@ -79,7 +81,7 @@ def test_bench_on_cpu(tmp_path, capsys, no_peer_packages):
 
 def test_report_prints_a_missing_figure_of_a_bench_file_as_a_dash(tmp_path, capsys, no_peer_packages):
     """A CPU bench file has no efficiency (NaN in the file): report prints —, never nan."""
-    from hpcmm.report import report_main
+    from hpcmm.cli.report import report_main
 
     out = tmp_path / "b.h5"
     bench.bench_main(_ns(cases="float64:24", no_peers=True), RunConfig(device="cpu", out=str(out)), MPI.COMM_SELF)
@@ -95,7 +97,7 @@ def test_report_prints_a_missing_figure_of_a_bench_file_as_a_dash(tmp_path, caps
 
 def test_report_lines_up_a_bench_table_with_short_figures(tmp_path, capsys):
     """One line per field, one aligned column per case, figures to four digits, long notes below."""
-    from hpcmm.report import CELL_WIDTH, format_table
+    from hpcmm.cli.report import CELL_WIDTH, format_table
 
     rows = np.array([("float64:24", 1.23456789e-3, 105.96323910105902, "n" * 40),
                      ("float32:4096x24x8", float("nan"), 7.0, "short")],
@@ -132,7 +134,7 @@ def test_bench_row_to_the_digit():
 
 def test_reference_times_the_same_work():
     """The CPU candidates: data as hpcmm's, laid out in their order, the warm-ups and timed products, a median."""
-    from hpcmm.bench_reference import measure_candidates
+    from hpcmm.bench.reference import measure_candidates
 
     case = bench.parse_cases("complex64:16x8x24")[0]
     seen = []
@@ -198,7 +200,7 @@ def test_reference_picks_the_fastest_and_names_it(tmp_path, no_peer_packages):
 @pytest.mark.parametrize("override, order", [("auto", "FC"), ("CF", "CF"), ("FF", "FF")])
 def test_hpcmm_gemm_candidate_takes_the_runs_orders(tmp_path, no_peer_packages, monkeypatch, override, order):
     """The 'hpcmm gemm' candidate multiplies in the orders of the run's GEMM and says so; the file records them."""
-    from hpcmm.backend import CpuBackend as Cpu
+    from hpcmm.execution.backend import CpuBackend as Cpu
 
     given = []
     gemm = Cpu.gemm
@@ -426,8 +428,8 @@ def test_final_name_never_holds_a_partial_file(tmp_path, monkeypatch):
 
 
 def test_the_hpcmm_candidate_names_cublaslt_where_its_shape_took_it():
-    """Where hpcmm's GEMM took cuBLASLt for the case's shape (hpcmm.gemm_library), its candidate says so."""
-    from hpcmm.bench_reference import measure_candidates
+    """Where hpcmm's GEMM took cuBLASLt for the case's shape (hpcmm.execution.gemm_library), its candidate says so."""
+    from hpcmm.bench.reference import measure_candidates
 
     case = bench.parse_cases("float64:16x8x24")[0]
 
@@ -452,7 +454,7 @@ def test_the_hpcmm_candidate_names_cublaslt_where_its_shape_took_it():
 def test_hpcmm_its_candidates_and_cublasmp_are_timed_alike(tmp_path, monkeypatch, no_peer_packages):
     """With `--warmup 1 --iters 3` asked, hpcmm's run, its one-device candidates and cuBLASMp's final
     measurement all take cuBLASMp's protocol: 2 untimed products, then the median of 5."""
-    from hpcmm.peers import CUBLASMP_MIN_ITERS, CUBLASMP_WARMUP, PeerResult
+    from hpcmm.bench.peers import CUBLASMP_MIN_ITERS, CUBLASMP_WARMUP, PeerResult
 
     seen = {}
     real_run = bench.run

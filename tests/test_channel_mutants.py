@@ -1,6 +1,6 @@
 """What a panel channel promises: every root's panels, by the right path, counted, without a data race.
 
-Written against the mutants that mutation testing of hpcmm/transport/channel.py left without a
+Written against the mutants that mutation testing of hpcmm/execution/transport/channel.py left without a
 test on a CPU (docs/mutation.md: ``tests/mpi/test_channel_mpi.py`` runs under mpiexec, outside
 mutmut).  The members of a channel are threads here (:class:`~thread_comm.ThreadComm`), their
 node memory the stand-ins of :mod:`peer_stand_ins`: MPI shared windows on the CPU (paths ``shm``
@@ -21,13 +21,13 @@ import pytest
 from peer_stand_ins import IpcBackend, IpcNode, shared_windows
 from thread_comm import ThreadComm
 
-from hpcmm.algorithms import ring_depth
-from hpcmm.backend import CpuBackend
+from hpcmm.planning.algorithms import ring_depth
+from hpcmm.execution.backend import CpuBackend
 from hpcmm.errors import HpcmmError
-from hpcmm.transport import channel as channel_module
-from hpcmm.transport.channel import PanelChannel, Transfer, select_paths
-from hpcmm.transport.ipc import IpcPeerMemory, ShmPeerMemory
-from hpcmm.transport.mpi import DirectBroadcast, StagedBroadcast
+from hpcmm.execution.transport import channel as channel_module
+from hpcmm.execution.transport.channel import PanelChannel, Transfer, select_paths
+from hpcmm.execution.transport.ipc import IpcPeerMemory, ShmPeerMemory
+from hpcmm.execution.transport.mpi import DirectBroadcast, StagedBroadcast
 
 GEMM_SECONDS = 10.0  # a GEMM outlasts the copies (1 s each): a slot reused too early shows
 SLOW_GEMM_SECONDS, FAST_GEMM_SECONDS = 30.0, 1.0  # one side of a node slower than the other

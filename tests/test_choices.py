@@ -1,6 +1,6 @@
-"""The engines run by the choices the planner made (hpcmm/choices.py) and decide nothing themselves.
+"""The engines run by the choices the planner made (hpcmm/planning/choices.py) and decide nothing themselves.
 
-An engine built from hand-made :class:`~hpcmm.choices.EngineChoices` takes their panel, prefetch,
+An engine built from hand-made :class:`~hpcmm.planning.choices.EngineChoices` takes their panel, prefetch,
 operand orders, step order and steps as given, and multiplies correctly by them; the planner's
 choices for a run are the ones the run's plan and engine report.
 """
@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcmm.algorithms import panel_candidates, rank_plan
-from hpcmm.assemble import engine_for
-from hpcmm.backend import CpuBackend
-from hpcmm.choices import EngineChoices, memory_needed, summa_choices
+from hpcmm.planning.algorithms import panel_candidates, rank_plan
+from hpcmm.planning.assemble import engine_for
+from hpcmm.execution.backend import CpuBackend
+from hpcmm.planning.choices import EngineChoices, memory_needed, summa_choices
 from hpcmm.config import RunConfig
-from hpcmm.engine import Engine
+from hpcmm.execution.engine import Engine
 from hpcmm.errors import InputError
-from hpcmm.layout import Grid, Layout
-from hpcmm.topology import Topology
+from hpcmm.geometry.layout import Grid, Layout
+from hpcmm.execution.topology import Topology
 
 
 def _topo(config: RunConfig) -> Topology:
@@ -146,7 +146,7 @@ def test_a_refusal_names_the_largest_problem_of_its_shape_that_fits(monkeypatch,
 
 def test_info_names_the_largest_square_problem_the_memory_check_accepts():
     """``info``'s largest N fits one device by the memory check's count, and N + 1 % does not."""
-    from hpcmm.info import memory_by_device
+    from hpcmm.cli.info import memory_by_device
 
     free = 3 << 30
     rows = [{"rank": rank, "host": "h", "gpu_index": -1, "gpu_uuid": "", "free_bytes": free, "total_bytes": 4 << 30}
@@ -172,8 +172,8 @@ def test_the_largest_problems_script_gives_the_rule_at_one_gpu(tmp_path):
 
     from launcher import REPO
 
-    from hpcmm.choices import working_bytes
-    from hpcmm.layout import Grid, Layout
+    from hpcmm.planning.choices import working_bytes
+    from hpcmm.geometry.layout import Grid, Layout
 
     out = tmp_path / "largest.json"
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "largest_problems.py"), "--free-gib", "10",
@@ -191,7 +191,7 @@ def test_the_largest_problems_script_gives_the_rule_at_one_gpu(tmp_path):
 
 def test_on_a_gpu_the_count_adds_what_a_rank_takes_while_it_runs():
     """A load piece, the verification's chunks and the GEMM libraries: counted on a GPU, not on the host."""
-    from hpcmm.choices import GEMM_LIBRARY_BYTES, LOAD_PIECE_BYTES, working_bytes
+    from hpcmm.planning.choices import GEMM_LIBRARY_BYTES, LOAD_PIECE_BYTES, working_bytes
     from hpcmm.verify import VERIFY_CHUNK_BYTES, VERIFY_COPIES
 
     layout = Layout(4099, 3001, 2001, Grid(2, 2))
@@ -222,7 +222,7 @@ def test_the_free_memory_is_the_least_any_rank_of_the_device_sees():
     """A neighbour that measured while another context was being made saw more free than there is."""
     from types import SimpleNamespace
 
-    from hpcmm.choices import check_memory
+    from hpcmm.planning.choices import check_memory
 
     backend = SimpleNamespace(on_gpu=True, device_id=0, memory_info=lambda: (100, 200))
     topo = SimpleNamespace(node_comm=_Node([(0, 90), (1, 10)]), comm=None, rank=0)

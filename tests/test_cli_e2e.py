@@ -17,7 +17,7 @@ import ranklog
 from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 from test_reliability_budget import scaled
 
-from hpcmm.inputs import generate_block
+from hpcmm.io.inputs import generate_block
 from hpcmm.verify import tolerance
 
 #: Hang guard of one job on an idle machine (they take one or two seconds); stretched as a

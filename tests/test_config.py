@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from hpcmm import cli
+from hpcmm.cli import main as cli
 from hpcmm.config import (
     DEFAULT_SIZE_CPU,
     DEFAULT_SIZE_GPU,
@@ -308,7 +308,7 @@ def test_version_flag(capsys):
     ([], {"HPCMM_PANEL": "8"}, "panel", 8),
     (["--panel", "16"], {"HPCMM_PANEL": "8"}, "panel", 16),
     (["--panel", "16"], {}, "panel", 16),
-    ([], {}, "prefetch", None),  # None: the run's rule (hpcmm.algorithms.auto_prefetch)
+    ([], {}, "prefetch", None),  # None: the run's rule (hpcmm.planning.algorithms.auto_prefetch)
     ([], {"HPCMM_PREFETCH": "3"}, "prefetch", 3),
     # A flag equal to zero (falsy) still wins over the environment.
     (["--prefetch", "0"], {"HPCMM_PREFETCH": "3"}, "prefetch", 0),
@@ -416,7 +416,7 @@ def test_help_shows_the_real_default(flag, field):
 
 def test_help_shows_the_prefetch_rule():
     """--prefetch has no single default: its help gives both of the rule's values."""
-    from hpcmm.algorithms import DEFAULT_PREFETCH, TF32_PREFETCH
+    from hpcmm.planning.algorithms import DEFAULT_PREFETCH, TF32_PREFETCH
     action = next(a for a in _subparser("run")._actions if "--prefetch" in a.option_strings)
     assert f"(default {DEFAULT_PREFETCH}; {TF32_PREFETCH} for TF32 on GPUs)" in action.help
 

@@ -20,9 +20,9 @@ from hpcmm.config import (ENVIRONMENT, INT_MAX, NO_WORDS, YES_WORDS, RunConfig, 
                           parse_matrix_source, parse_number, parse_positive_int, regular_file,
                           settings_from_environment)
 from hpcmm.errors import InputError
-from hpcmm.gemm_library import LIBRARIES
-from hpcmm.gemm_orders import AUTO, ORDERS
-from hpcmm.grid_orientation import ORIENTATIONS
+from hpcmm.execution.gemm_library import LIBRARIES
+from hpcmm.planning.gemm_orders import AUTO, ORDERS
+from hpcmm.planning.grid_orientation import ORIENTATIONS
 
 
 def _refused(make, message, error=InputError):

@@ -1,4 +1,4 @@
-"""Is the MPI CUDA-aware?  Every row of the decision table in :mod:`hpcmm.transport.detect`.
+"""Is the MPI CUDA-aware?  Every row of the decision table in :mod:`hpcmm.execution.transport.detect`.
 
 The library's own answer is injected (``library=``), so each row is tested on
 any machine; the real query runs once against the MPI this process loaded.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcmm.transport import detect
-from hpcmm.transport.detect import CudaAwareness, decide, find_mpi_library, query_library
+from hpcmm.execution.transport import detect
+from hpcmm.execution.transport.detect import CudaAwareness, decide, find_mpi_library, query_library
 
 
 def answers(value):

@@ -1,7 +1,7 @@
 """What the CUDA-awareness check promises: each library call's answer and name, the vendors'
 spellings of yes, and where the MPI library is found.
 
-Written against the mutants that mutation testing of hpcmm/transport/detect.py left alive
+Written against the mutants that mutation testing of hpcmm/execution/transport/detect.py left alive
 (docs/mutation.md).  The library is a stand-in with the MPIX calls as C functions
 (``ctypes.CFUNCTYPE``), so that both calls and both answers are tested on any machine.
 """
@@ -13,8 +13,8 @@ import io
 
 import pytest
 
-from hpcmm.transport import detect
-from hpcmm.transport.detect import decide, find_mpi_library, query_library
+from hpcmm.execution.transport import detect
+from hpcmm.execution.transport.detect import decide, find_mpi_library, query_library
 
 
 class _Library:

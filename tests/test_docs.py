@@ -1,6 +1,6 @@
 """The documents say what the code does: every flag, variable and HDF5 name is documented.
 
-A flag added to ``hpcmm/cli.py``, a variable to ``config.ENVIRONMENT`` or a
+A flag added to ``hpcmm/cli/main.py``, a variable to ``config.ENVIRONMENT`` or a
 dataset to the results file without a line in README.md or
 docs/hdf5-schema.md fails here.
 """
@@ -15,7 +15,7 @@ import h5py
 import pytest
 from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 
-from hpcmm import cli
+from hpcmm.cli import main as cli
 from hpcmm.config import ENVIRONMENT, MAX_PREFETCH, OUTPUT_PATTERN, settings_from_environment
 from hpcmm.errors import InputError
 
@@ -359,6 +359,6 @@ def test_the_package_is_complete():
     assert f"Programming Language :: Python :: 3.{low}" in classifiers
     assert not [c for c in classifiers if c.startswith("License ::")]  # the SPDX expression says it
     assert {"Homepage", "Documentation", "Source", "Issues"} <= set(project["urls"])
-    # The console script starts as `python -m hpcmm` does (hpcmm.startup.launch), and the README says so.
-    assert project["scripts"] == {"hpcmm": "hpcmm.startup:launch"}
+    # The console script starts as `python -m hpcmm` does (hpcmm.cli.startup.launch), and the README says so.
+    assert project["scripts"] == {"hpcmm": "hpcmm.cli.startup:launch"}
     assert "`hpcmm ...`" in README and ".venv/bin/hpcmm" in README

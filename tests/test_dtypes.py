@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from hpcmm import dtypes as dtypes_module
-from hpcmm.backend import CpuBackend
+from hpcmm.execution.backend import CpuBackend
 from hpcmm.config import DTYPES, RunConfig
 from hpcmm.dtypes import BFLOAT16, TYPE_ATTRIBUTE, read_dataset, storage_dtype, to_storage
-from hpcmm.inputs import generate_block, open_source
+from hpcmm.io.inputs import generate_block, open_source
 from hpcmm.verify import tolerance
 
 import ranklog
@@ -114,11 +114,11 @@ def test_generated_bfloat16_is_the_rounded_float64_draw():
 #: gives bfloat16, and whether that imported it).
 _COMMANDS = """
 import json, sys
-import hpcmm.cli
+import hpcmm.cli.main
 steps = []
 for argv in json.loads(sys.argv[1]):
     try:
-        status = hpcmm.cli.main(argv)
+        status = hpcmm.cli.main.main(argv)
     except SystemExit as exc:
         status = exc.code
     steps.append([argv[0], status, "ml_dtypes" in sys.modules])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hpcmm.algorithms import Step, rank_plan
-from hpcmm.dynamic import merged_spans
-from hpcmm.layout import Grid, Layout
+from hpcmm.planning.algorithms import Step, rank_plan
+from hpcmm.execution.dynamic import merged_spans
+from hpcmm.geometry.layout import Grid, Layout
 
 
 def _sources(pieces):

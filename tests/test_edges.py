@@ -427,7 +427,7 @@ def test_damaged_input_files_are_bad_input(kind, tmp_path):
 def test_a_npy_file_truncated_while_it_is_read(tmp_path):
     """The reader sees fewer bytes than the header promises: bad input, not SIGBUS."""
     from hpcmm.errors import InputError
-    from hpcmm.inputs import open_source
+    from hpcmm.io.inputs import open_source
 
     path = tmp_path / "a.npy"
     np.save(path, np.arange(60.0).reshape(6, 10))
@@ -439,7 +439,7 @@ def test_a_npy_file_truncated_while_it_is_read(tmp_path):
 
 
 def test_fortran_order_npy_blocks(tmp_path):
-    from hpcmm.inputs import open_source
+    from hpcmm.io.inputs import open_source
 
     full = np.asfortranarray(np.random.default_rng(2).random((7, 9)))
     np.save(tmp_path / "f.npy", full)
@@ -660,7 +660,7 @@ def test_no_temporary_file_is_made_once_the_process_stops(tmp_path):
     thread, which goes on meanwhile, must not make a new one (it waits for the end instead)."""
     script = f"""
 import threading, time
-from hpcmm import h5io
+from hpcmm.io import h5io
 h5io.remove_pending()  # what the signal's thread does first
 made = []
 worker = threading.Thread(target=lambda: made.append(h5io.temporary_path({str(tmp_path / 'r.h5')!r})), daemon=True)
@@ -677,7 +677,7 @@ print("blocked" if worker.is_alive() and not made else f"made {{made}}")
 def test_python_m_hpcmm_imports_nothing_heavy_before_it_blocks_signals():
     """``import hpcmm`` and ``hpcmm.__main__`` load only the standard library and hpcmm's light modules.
 
-    ``python -m hpcmm`` runs the package's ``__init__`` before :func:`hpcmm.startup.launch` blocks
+    ``python -m hpcmm`` runs the package's ``__init__`` before :func:`hpcmm.cli.startup.launch` blocks
     SIGTERM/SIGINT; numpy (whose BLAS starts threads when it loads), mpi4py, h5py or cupy imported
     there would start threads that do not block the signals, and a signal taken by one of them ends
     the rank without a word.

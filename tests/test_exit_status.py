@@ -14,7 +14,7 @@ import pytest
 from launcher import REPO, find_mpiexec, quiet_environment, run_launcher
 from ranklog import runner_argv
 
-from hpcmm import status
+from hpcmm.io import status
 
 SMALL = ["--m", "13", "--n", "7", "--k", "5", "--quiet"]
 

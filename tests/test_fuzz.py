@@ -81,7 +81,7 @@ def run_case(case: dict, comm, directory: str) -> tuple[str, str]:
     import h5py
 
     import hpcmm
-    from hpcmm.inputs import generate_block
+    from hpcmm.io.inputs import generate_block
     from hpcmm.verify import tolerance, underflow
 
     out = os.path.join(directory, "fuzz.h5")

@@ -33,7 +33,7 @@ def test_every_contender_takes_every_place_in_turn():
 
 def test_contenders_are_timed_in_rotating_order_and_compute_the_product():
     probe = _probe_module()
-    from hpcmm.backend import make_backend
+    from hpcmm.execution.backend import make_backend
 
     seen = []
 

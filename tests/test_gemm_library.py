@@ -1,4 +1,4 @@
-"""The choice of GEMM library per shape (hpcmm.gemm_library), on numpy operands and a stand-in for cuBLASLt."""
+"""The choice of GEMM library per shape (hpcmm.execution.gemm_library), on numpy operands and a stand-in for cuBLASLt."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from hpcmm.config import RunConfig, settings_from_environment
 from hpcmm.errors import InputError
-from hpcmm.gemm_library import MARGIN, ROUNDS, GemmPlans, libraries_used, pick
+from hpcmm.execution.gemm_library import MARGIN, ROUNDS, GemmPlans, libraries_used, pick
 
 
 class Stream:
@@ -182,10 +182,10 @@ def test_an_engine_lets_its_gemm_plans_go_when_it_closes():
     """cuBLASLt's plans hold the operands they last ran on (the engine's panels and C): the engine frees them."""
     from mpi4py import MPI
 
-    from hpcmm.backend import CpuBackend
-    from hpcmm.assemble import engine_for
-    from hpcmm.layout import Grid, Layout
-    from hpcmm.topology import Topology
+    from hpcmm.execution.backend import CpuBackend
+    from hpcmm.planning.assemble import engine_for
+    from hpcmm.geometry.layout import Grid, Layout
+    from hpcmm.execution.topology import Topology
 
     class Counting(CpuBackend):
         forgotten = 0
@@ -253,11 +253,11 @@ def test_an_engine_whose_gemms_are_planned_multiplies_right(panel):
     plans, and in the second, which only runs the plans."""
     from mpi4py import MPI
 
-    from hpcmm.backend import CpuBackend
-    from hpcmm.assemble import engine_for
-    from hpcmm.inputs import generate_block
-    from hpcmm.layout import Grid, Layout
-    from hpcmm.topology import Topology
+    from hpcmm.execution.backend import CpuBackend
+    from hpcmm.planning.assemble import engine_for
+    from hpcmm.io.inputs import generate_block
+    from hpcmm.geometry.layout import Grid, Layout
+    from hpcmm.execution.topology import Topology
 
     class Planned(CpuBackend):
         def __init__(self):
@@ -295,7 +295,7 @@ def test_an_engine_whose_gemms_are_planned_multiplies_right(panel):
 def test_a_shape_whose_gemm_is_long_is_not_planned():
     """One GEMM over PLAN_LIMIT_SECONDS: planning would run some 30 of them for gains measured on shapes of
     milliseconds, so the shape keeps GemmEx, says why, and C holds one product."""
-    from hpcmm.gemm_library import PLAN_LIMIT_SECONDS
+    from hpcmm.execution.gemm_library import PLAN_LIMIT_SECONDS
 
     rng = np.random.default_rng(11)
     log = []
@@ -320,7 +320,7 @@ def test_a_rank_whose_gpu_others_share_plans_nothing():
 def test_a_shape_whose_gemm_is_too_short_to_time_is_not_planned():
     """One GEMM under PLAN_FLOOR_SECONDS: its timings would be launch noise and planning would cost more than
     it could gain, so the shape keeps GemmEx, says why, and C holds one product."""
-    from hpcmm.gemm_library import PLAN_FLOOR_SECONDS
+    from hpcmm.execution.gemm_library import PLAN_FLOOR_SECONDS
 
     rng = np.random.default_rng(12)
     log = []

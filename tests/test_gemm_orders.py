@@ -14,16 +14,16 @@ import pytest
 from fake_backend import FakeBackend, install
 from mpi4py import MPI
 
-from hpcmm import gemm_orders
-from hpcmm.backend import CpuBackend, orders
+from hpcmm.planning import gemm_orders
+from hpcmm.execution.backend import CpuBackend, orders
 from hpcmm.config import DTYPES, ENVIRONMENT, RunConfig, settings_from_environment
 from hpcmm.dtypes import BFLOAT16
-from hpcmm.assemble import engine_for
-from hpcmm.choices import memory_needed
+from hpcmm.planning.assemble import engine_for
+from hpcmm.planning.choices import memory_needed
 from hpcmm.errors import InputError
-from hpcmm.gemm_orders import MEASURED, ORDER_BY_TYPE, ORDERS, STORED, choose, gemm_order, label, relaid
-from hpcmm.layout import Grid, Layout, padded
-from hpcmm.topology import Topology
+from hpcmm.planning.gemm_orders import MEASURED, ORDER_BY_TYPE, ORDERS, STORED, choose, gemm_order, label, relaid
+from hpcmm.geometry.layout import Grid, Layout, padded
+from hpcmm.execution.topology import Topology
 
 
 def test_module_doctests():

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 
-from hpcmm.backend import GpuBackend, gpu_count, make_backend, orders
+from hpcmm.execution.backend import GpuBackend, gpu_count, make_backend, orders
 from hpcmm.dtypes import read_dataset
-from hpcmm.gemm_orders import ORDER_BY_TYPE, ORDERS, label, type_key
+from hpcmm.planning.gemm_orders import ORDER_BY_TYPE, ORDERS, label, type_key
 from hpcmm.verify import tolerance
 
 GPUS = gpu_count()
@@ -215,7 +215,7 @@ def test_spelled_cuda_enumerations_are_cupys():
     from cupy.cuda import runtime
     from cupy_backends.cuda.libs import cublas
 
-    from hpcmm import backend as b
+    from hpcmm.execution import backend as b
 
     assert b._CUDA_TYPE == {"float16": runtime.CUDA_R_16F, "bfloat16": runtime.CUDA_R_16BF,
                             "float32": runtime.CUDA_R_32F, "float64": runtime.CUDA_R_64F,
@@ -317,7 +317,7 @@ def test_make_backend_binds_by_local_rank():
 def test_ipc_allocate_and_close(backend):
     from mpi4py import MPI
 
-    from hpcmm.transport.ipc import IpcPeerMemory
+    from hpcmm.execution.transport.ipc import IpcPeerMemory
 
     before = backend.exported_bytes
     peers = IpcPeerMemory(MPI.COMM_SELF, backend)
@@ -358,7 +358,7 @@ def test_one_rank_run_on_the_gpu(tmp_path, dtype, tf32, verify):
         c = read_dataset(f["result/C"])
         steps = int(f["config"].attrs["steps"])
     assert c.dtype == np.dtype(dtype)
-    from hpcmm.inputs import generate_block
+    from hpcmm.io.inputs import generate_block
 
     a = generate_block(42, "A", (1031, 777), (0, 1031), (0, 777), dtype)
     b = generate_block(42, "B", (777, 517), (0, 777), (0, 517), dtype)
@@ -374,7 +374,7 @@ def test_one_rank_run_in_every_gemm_order(tmp_path, dtype, tf32, order, prefetch
     from mpi4py import MPI
 
     import hpcmm
-    from hpcmm.inputs import generate_block
+    from hpcmm.io.inputs import generate_block
 
     m, n, k = 1031, 517, 777
     config = hpcmm.RunConfig(m=m, n=n, k=k, dtype=dtype, tf32=tf32, device="gpu", verify="full", warmup=1,
@@ -439,14 +439,14 @@ def test_second_gpu_in_process():
         be.close()
 
 
-# -- cuBLASLt's autotuned algorithms (hpcmm.gemm_library) -----------------------------
+# -- cuBLASLt's autotuned algorithms (hpcmm.execution.gemm_library) -----------------------------
 
 
 @pytest.fixture
 def lt_backend(monkeypatch):
     """A backend whose every GEMM shape takes cuBLASLt (where nvmath-python plans it), whatever the timings."""
     pytest.importorskip("nvmath.linalg.advanced", reason="nvmath-python (the cublaslt extra) is not installed")
-    import hpcmm.gemm_library as gemm_library
+    import hpcmm.execution.gemm_library as gemm_library
 
     monkeypatch.setattr(gemm_library, "pick", lambda ex, lt, margin=0: "cublaslt")
     # shapes of microseconds too: the floor that leaves them to GemmEx in a run would hide the path under test

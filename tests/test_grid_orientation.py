@@ -1,4 +1,4 @@
-"""Which way the default grid faces (:mod:`hpcmm.grid_orientation`), pure, and where the run and the model take it."""
+"""Which way the default grid faces (:mod:`hpcmm.planning.grid_orientation`), pure, and where the run and the model take it."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import doctest
 
 import pytest
 
-from hpcmm import grid_orientation as module
-from hpcmm.arrangement import arrangement_for
-from hpcmm.balance import Balance, ranks_per_device, weights_for
-from hpcmm.grid_orientation import ROW_LEAST_COLUMNS, ROW_MOST_RANKS, TALL_KINDS, facing, oriented
-from hpcmm.layout import Grid
-from hpcmm.model import Problem, builtin, compute_dims, predict
-from hpcmm.mps import MpsState
+from hpcmm.planning import grid_orientation as module
+from hpcmm.planning.arrangement import arrangement_for
+from hpcmm.planning.balance import Balance, ranks_per_device, weights_for
+from hpcmm.planning.grid_orientation import ROW_LEAST_COLUMNS, ROW_MOST_RANKS, TALL_KINDS, facing, oriented
+from hpcmm.geometry.layout import Grid
+from hpcmm.model.cost import Problem, builtin, compute_dims, predict
+from hpcmm.planning.mps import MpsState
 
 
 def test_module_doctests():
@@ -98,7 +98,7 @@ def test_a_given_grid_is_kept_and_the_model_can_turn():
 def test_info_says_where_a_run_would_turn_the_grid():
     """``hpcmm info`` shows the launch grid, with a note where float64 (or a fixed setting) turns it."""
     from hpcmm.config import RunConfig
-    from hpcmm.info import _turned_note
+    from hpcmm.cli.info import _turned_note
 
     gpu, cpu = [{"gpu_index": 0}, {"gpu_index": 1}], [{"gpu_index": -1}, {"gpu_index": -1}]
     note = _turned_note(RunConfig(), {"rows": gpu, "grid": "2x1", "nodes": 1})
@@ -134,7 +134,7 @@ def test_arrange_sees_its_gpus_shared(monkeypatch, dtype, grid):
     one row in float64 where each strip is 2048 columns wide, and the tall grid where strips would be narrower."""
     import types
 
-    import hpcmm.arrangement as arrangement
+    import hpcmm.planning.arrangement as arrangement
     from hpcmm.config import RunConfig
 
     balance, idle = _idle([0, 1, 0, 1])

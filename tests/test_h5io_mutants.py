@@ -1,6 +1,6 @@
 """What the results file and its writing promise, one behaviour a test, in one process.
 
-Written against the mutants that mutation testing of hpcmm/h5io.py left alive
+Written against the mutants that mutation testing of hpcmm/io/h5io.py left alive
 (docs/mutation.md); the runs under ``mpiexec`` that write results files (tests/test_reliability.py)
 are not run by it.  Pinned: which ``--out`` paths are refused and with which message; what the
 file holds (attributes, tables and their units, timings, timeline, extra groups, a C filled with
@@ -21,7 +21,7 @@ import h5py
 import numpy as np
 import pytest
 
-from hpcmm import h5io
+from hpcmm.io import h5io
 from hpcmm.errors import InputError, OutputError
 
 

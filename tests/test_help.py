@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from hpcmm import cli
+from hpcmm.cli import main as cli
 from hpcmm.config import BENCH_CASES, DEFAULT_SIZE_CPU, DEFAULT_SIZE_GPU, TRANSPORT_SIZES_MIB, RunConfig
-from hpcmm.peers import HEAT_LIMIT
+from hpcmm.bench.peers import HEAT_LIMIT
 
 
 def parsers() -> dict[str, argparse.ArgumentParser]:

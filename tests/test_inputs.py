@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hpcmm.errors import InputError
-from hpcmm.inputs import TILE, check_pair, generate_block, open_source, random_vector
-from hpcmm.layout import Grid, Layout
+from hpcmm.io.inputs import TILE, check_pair, generate_block, open_source, random_vector
+from hpcmm.geometry.layout import Grid, Layout
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -79,7 +79,7 @@ def test_complex_dtypes(dtype):
 @pytest.mark.parametrize("threads", [2, 3, 7])
 def test_threads_draw_the_same_values_as_one(monkeypatch, threads):
     """The tile rows may be drawn by several threads; each element still comes from its own tile's stream."""
-    import hpcmm.threads as threads_module
+    import hpcmm.planning.threads as threads_module
 
     shape, rows, cols = (5 * TILE + 37, 2 * TILE + 5), (TILE - 3, 5 * TILE + 20), (11, 2 * TILE + 1)
     one = generate_block(7, "B", shape, rows, cols, np.float32)
@@ -96,8 +96,8 @@ def test_a_failing_tile_raises_once_the_threads_stopped(monkeypatch):
     """An error in one thread's tile reaches the caller (with its own message), after every thread stopped."""
     import threading
 
-    import hpcmm.inputs as inputs
-    import hpcmm.threads as threads_module
+    import hpcmm.io.inputs as inputs
+    import hpcmm.planning.threads as threads_module
 
     monkeypatch.setattr(threads_module, "_IN_FORCE", [threads_module.BlasThreads(2, 2, 2, 2, 2, "test", "-")])
     drawn, lock, real = [], threading.Lock(), inputs._tile

@@ -1,7 +1,7 @@
 """What the operands promise: the generated matrices' values across tiles, the blocks read from
 files, and the exact message of each refusal.
 
-Written against the mutants that mutation testing of hpcmm/inputs.py left alive
+Written against the mutants that mutation testing of hpcmm/io/inputs.py left alive
 (docs/mutation.md).  The generated matrices are pinned to what the module's docstring says they
 are (tile (ti, tj) drawn from its own stream seeded by (seed, matrix, ti, tj), uniform in
 [-1, 1)), with blocks that cross tile edges, so that a run reproduces the same A, B and C.
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from hpcmm.errors import InputError
-from hpcmm.inputs import TILE, MatrixSource, check_pair, generate_block, open_source, random_vector
+from hpcmm.io.inputs import TILE, MatrixSource, check_pair, generate_block, open_source, random_vector
 
 IDS = {"A": 1, "B": 2, "C": 4}
 

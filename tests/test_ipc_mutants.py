@@ -1,7 +1,7 @@
 """What node peers' memory promises: each rank's buffer readable by the others, copies from it, events
 they wait on, and nothing left mapped or allocated after ``close``.
 
-Written against the mutants that mutation testing of hpcmm/transport/ipc.py left without a test
+Written against the mutants that mutation testing of hpcmm/execution/transport/ipc.py left without a test
 on a CPU (docs/mutation.md).  ``shm`` runs on MPI's own window over ``COMM_SELF`` and, for several
 ranks, on the stand-in windows of :mod:`peer_stand_ins` over threads; ``ipc`` on that module's
 stand-in GPU, whose handles, mappings and events behave as CUDA's do for the calls hpcmm makes
@@ -16,9 +16,9 @@ from mpi4py import MPI
 from peer_stand_ins import IpcBackend, IpcNode, shared_windows
 from thread_comm import ThreadComm
 
-from hpcmm.backend import CpuBackend
+from hpcmm.execution.backend import CpuBackend
 from hpcmm.errors import HpcmmError
-from hpcmm.transport.ipc import IpcPeerMemory, PeerMemory, ShmPeerMemory
+from hpcmm.execution.transport.ipc import IpcPeerMemory, PeerMemory, ShmPeerMemory
 
 
 def _fill(nbytes: int, rank: int) -> np.ndarray:

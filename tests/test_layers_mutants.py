@@ -1,6 +1,6 @@
 """What the 2.5D geometry promises at its edges, one behaviour a test.
 
-Written against the mutants that mutation testing of hpcmm/algorithms/layers.py left alive
+Written against the mutants that mutation testing of hpcmm/planning/algorithms/layers.py left alive
 (docs/mutation.md): one layer is a valid ``--algo``, a layer count equal to k is a candidate, the
 messages of the errors a caller gets, and the local shapes and block sizes of a layered layout.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcmm.algorithms.layers import Algo, LayeredLayout, Layers, check_layers, parse_algo, valid_layer_counts
-from hpcmm.layout import Grid
+from hpcmm.planning.algorithms.layers import Algo, LayeredLayout, Layers, check_layers, parse_algo, valid_layer_counts
+from hpcmm.geometry.layout import Grid
 
 
 def test_one_layer_is_a_valid_algo():

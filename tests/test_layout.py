@@ -1,6 +1,6 @@
 """Block geometry, checked for every rank of virtual grids in one process, with and without weights.
 
-:mod:`hpcmm.layout` is pure, so the layout of a 4×4 grid is tested here
+:mod:`hpcmm.geometry.layout` is pure, so the layout of a 4×4 grid is tested here
 without 16 processes: each test walks over all ranks of the grid.
 """
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcmm import layout as layout_module
-from hpcmm.layout import (
+from hpcmm.geometry import layout as layout_module
+from hpcmm.geometry.layout import (
     Grid,
     Layout,
     block_owner,

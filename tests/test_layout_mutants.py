@@ -1,9 +1,9 @@
 """What the block geometry promises at its edges, one behaviour a test.
 
-Written against the mutants that mutation testing of hpcmm/layout.py left alive (docs/mutation.md):
+Written against the mutants that mutation testing of hpcmm/geometry/layout.py left alive (docs/mutation.md):
 the padding's alignment for any item size and its one-sixteenth limit, the quantum's rounding and
 the length from which a layout applies it, the messages of the errors a caller gets, the weights a
-layout reports, and the grid shape :func:`hpcmm.layout.fit_grid` picks without a preferred one.
+layout reports, and the grid shape :func:`hpcmm.geometry.layout.fit_grid` picks without a preferred one.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcmm.layout import ALIGN_BYTES, Grid, Layout, fit_grid, load_imbalance, padded, weighted_bounds
-from hpcmm.model import compute_dims
+from hpcmm.geometry.layout import ALIGN_BYTES, Grid, Layout, fit_grid, load_imbalance, padded, weighted_bounds
+from hpcmm.model.cost import compute_dims
 
 # -- padded ---------------------------------------------------------------------------------
 

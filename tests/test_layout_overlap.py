@@ -1,6 +1,6 @@
 """A caller's layout with overlapping blocks is refused, found by a sweep rather than by every pair.
 
-The sweep (``hpcmm.distribution._overlapping``) must agree with the definition (two blocks overlap
+The sweep (``hpcmm.geometry.distribution._overlapping``) must agree with the definition (two blocks overlap
 where both their rows and their columns intersect) on many random sets of blocks, and must name
 two ranks whose blocks do overlap.  A layout of 4096 ranks is checked without comparing 8 million
 pairs.
@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from hpcmm.distribution import Layout, _overlapping
+from hpcmm.geometry.distribution import Layout, _overlapping
 
 
 def _by_definition(blocks) -> bool:

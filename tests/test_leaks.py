@@ -169,7 +169,7 @@ def _corrupted(corrupt: bool):
     if not corrupt:
         yield
         return
-    run_module = importlib.import_module("hpcmm.run")  # hpcmm.run is the function; the module by name
+    run_module = importlib.import_module("hpcmm.cli.run")  # hpcmm.run is the function; the module by name
     original = run_module.full_check
 
     def corrupting(topo, layout, backend, product):
@@ -193,7 +193,7 @@ def measure(device: str = "cpu", products: int = PRODUCTS, comm=None, progress=N
     from mpi4py import MPI
 
     import hpcmm
-    from hpcmm import h5io
+    from hpcmm.io import h5io
 
     comm = comm if comm is not None else MPI.COMM_WORLD
     size = comm.Get_size()
@@ -296,7 +296,7 @@ def _env() -> dict[str, str]:
 
 
 def _gpus() -> int:
-    from hpcmm.backend import gpu_count
+    from hpcmm.execution.backend import gpu_count
 
     return gpu_count()
 
@@ -351,7 +351,7 @@ def test_no_leaks_several_ranks_gpu(ranks, tmp_path):
 
 
 #: Runs of the planned-shape leak test after its warm-up runs, and the shape: one float64 GEMM of about
-#: 0.3 ms on an H200, inside the GEMM library's planning window (hpcmm.gemm_library).
+#: 0.3 ms on an H200, inside the GEMM library's planning window (hpcmm.execution.gemm_library).
 PLANNED_RUNS, PLANNED_WARMUP, PLANNED_SIZE = 30, 3, 2048
 
 

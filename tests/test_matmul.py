@@ -17,8 +17,8 @@ from launcher import mpiexec_or_skip, quiet_environment, run_launcher
 from mpi4py import MPI
 
 import hpcmm
-from hpcmm.plan import Plan, agree_on
-from hpcmm.redistribute import overlap, redistribute
+from hpcmm.planning.plan import Plan, agree_on
+from hpcmm.io.redistribute import overlap, redistribute
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -123,7 +123,7 @@ def test_import_hpcmm_and_a_plan_do_not_import_the_cost_model():
             "with hpcmm.Matmul(MPI.COMM_SELF, 8, 8, 8, 'float64') as mm:\n"
             "    p = mm.plan(); c = mm.execute(np.ones((8, 8)), np.ones((8, 8)))\n"
             "assert (c == 8).all(), c\n"
-            "print('hpcmm.model' in sys.modules)")
+            "print('hpcmm.model.cost' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          env=quiet_environment(), check=True)
     assert out.stdout.strip() == "False"
@@ -176,7 +176,7 @@ def test_the_check_catches_a_wrong_alpha_or_beta(monkeypatch, verify, wrong):
 
     from hpcmm.config import RunConfig
 
-    run_module = importlib.import_module("hpcmm.run")
+    run_module = importlib.import_module("hpcmm.cli.run")
     scale = run_module._scale
     if wrong == "beta ignored":
         monkeypatch.setattr(run_module, "_scale", lambda engine, config: _scale_without_beta(scale, engine, config))

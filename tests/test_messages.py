@@ -11,7 +11,7 @@ from hpcmm.errors import InputError
 @pytest.mark.parametrize("iterations, shown", [([0, 1, 2], "0 to 2"), ([0, 2, 5], "0, 2, 5")])
 def test_a_missing_iteration_names_the_ones_the_file_holds(tmp_path, iterations, shown):
     pytest.importorskip("matplotlib")
-    from hpcmm.report import plot_timeline
+    from hpcmm.cli.report import plot_timeline
 
     events = np.array([[0, it, 0, 0, 0, 0.0, 1.0] for it in iterations], dtype=np.float64)
     with pytest.raises(InputError) as info:

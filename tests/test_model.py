@@ -1,4 +1,4 @@
-"""The cost model (hpcmm/model.py): pure, no MPI; many grids and machines."""
+"""The cost model (hpcmm/model/cost.py): pure, no MPI; many grids and machines."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcmm import model
-from hpcmm.algorithms import auto_panel, rank_plan
+from hpcmm.model import cost as model
+from hpcmm.planning.algorithms import auto_panel, rank_plan
 from hpcmm.errors import InputError
-from hpcmm.layout import Grid, Layout
-from hpcmm.model import GemmCurve, Problem, builtin, predict
+from hpcmm.geometry.layout import Grid, Layout
+from hpcmm.model.cost import GemmCurve, Problem, builtin, predict
 
 MACHINES = sorted(model.BUILTIN)
 rng = np.random.default_rng(5)
@@ -44,10 +44,10 @@ def test_one_rank_is_the_gemm(name, shape):
 @pytest.mark.parametrize("shape", SHAPES[:4])
 def test_steps_are_summa_plan(ranks, rpn, prefetch, shape):
     """The model walks the engine's own plan: same blocks, panel, ramp and steps."""
-    from hpcmm.arrangement import arrangement_for
-    from hpcmm.balance import Balance, ranks_per_device, weights_for
-    from hpcmm.grid_orientation import facing
-    from hpcmm.mps import MpsState
+    from hpcmm.planning.arrangement import arrangement_for
+    from hpcmm.planning.balance import Balance, ranks_per_device, weights_for
+    from hpcmm.planning.grid_orientation import facing
+    from hpcmm.planning.mps import MpsState
 
     machine = builtin("h200x2")
     p = predict(Problem(*shape), ranks, machine, ranks_per_node=rpn, prefetch=prefetch)
@@ -186,7 +186,7 @@ def test_summa_refuses_what_does_not_fit():
 
 
 def test_memory_rule_is_the_engines():
-    from hpcmm.choices import memory_needed
+    from hpcmm.planning.choices import memory_needed
 
     for shape, grid in [((1001, 999, 1003), Grid(2, 2)), ((4096, 300, 77), Grid(3, 1)), ((8, 9, 10), Grid(1, 4))]:
         layout = Layout(*shape, grid)
@@ -293,7 +293,8 @@ def test_model_command_prints_and_measures_on_cpu(tmp_path, monkeypatch, capsys)
 
     from mpi4py import MPI
 
-    from hpcmm import cli, h5io
+    from hpcmm.cli import main as cli
+    from hpcmm.io import h5io
 
     ns = cli.parse(["model", "--m", "4096", "--ranks", "4", "--ranks-per-node", "2", "--json"])
     assert model.model_main(ns, MPI.COMM_SELF) == 0
@@ -330,7 +331,7 @@ def test_model_command_prints_and_measures_on_cpu(tmp_path, monkeypatch, capsys)
 
 def test_staged_fit_takes_every_pair_of_the_transport_file(tmp_path):
     """The host MPI's rate is fitted over every staged pair, not pair 0 -> 1 alone (one pair is noisy)."""
-    from hpcmm import h5io
+    from hpcmm.io import h5io
 
     links = tmp_path / "links.h5"
     rows = [{"src": 0, "dst": dst, "path": "staged", "bytes": b, "seconds": 1e-4 + b / (gbps * 1e9), "gbps": 0.0}
@@ -454,7 +455,7 @@ def test_staged_chunk_is_the_transports():
     """The model's chunk pipeline uses StagedBroadcast's own chunk."""
     import inspect
 
-    from hpcmm.transport.mpi import StagedBroadcast
+    from hpcmm.execution.transport.mpi import StagedBroadcast
 
     default = inspect.signature(StagedBroadcast.__init__).parameters["chunk"].default
     assert model.Machine("x").staged_chunk_bytes == default
@@ -562,7 +563,7 @@ def _staged_transport(path, gbps: float, created: str) -> str:
     """A ``bench transport`` file of staged pairs at ``gbps`` (and one IPC pair), made at ``created``."""
     import h5py
 
-    from hpcmm import h5io
+    from hpcmm.io import h5io
 
     rows = [{"src": 0, "dst": dst, "path": "staged", "bytes": b, "seconds": 1e-4 + b / (gbps * 1e9), "gbps": 0.0}
             for dst in (1, 2) for b in (1 << 22, 1 << 24, 1 << 26)]
@@ -579,7 +580,7 @@ def test_model_links_replaces_the_links_and_keeps_the_gemm_curves(tmp_path, caps
     the file's time; without --transport or --save a one-line error, and no file."""
     from mpi4py import MPI
 
-    from hpcmm import cli
+    from hpcmm.cli import main as cli
 
     base = builtin("h200x2")
     links = _staged_transport(tmp_path / "t.h5", 3.0, "2026-11-30T16:47:00+00:00")
@@ -656,7 +657,7 @@ def test_layers_that_share_a_device_share_its_gemm_rate():
     Four layers of 2 ranks would each see one device per rank if the layer kept the node's GPUs to
     itself; the layer's GEMM rate is scaled to what its ranks really get (4 per GPU, not 2).
     """
-    from hpcmm.model import _layer_device_share, builtin
+    from hpcmm.model.cost import _layer_device_share, builtin
 
     machine = builtin("h200x2")
     sliced = machine.replace(devices_per_node=1, nics_per_node=1)
@@ -685,7 +686,7 @@ def test_model_narrows_the_panel_where_the_ring_does_not_fit():
 # Predicted with that day's description (benchmarks/results/2026-11-30/machines/h200x2-2026-11-30-system-c.json), whose tf32 curve was not
 def test_sweep_times_tf32_in_the_order_the_run_takes():
     """tf32's curve must come from the GEMM the run calls (A re-laid out row-major), not the stored order."""
-    from hpcmm.gemm_orders import gemm_order
+    from hpcmm.planning.gemm_orders import gemm_order
 
     a, b = model.sweep_operands(np, 6, 5, 4, "tf32", on_gpu=True)
     assert gemm_order("float32", tf32=True) == "CC" and a.flags.c_contiguous and b.flags.c_contiguous
@@ -719,7 +720,7 @@ def test_the_model_needs_no_mpi():
     import subprocess
     import sys
 
-    code = ("import sys, hpcmm.model; bad = [m for m in sys.modules if m.split('.')[0] in ('mpi4py', 'cupy')]; "
+    code = ("import sys, hpcmm.model.cost; bad = [m for m in sys.modules if m.split('.')[0] in ('mpi4py', 'cupy')]; "
             "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -731,7 +732,7 @@ def test_model_command_takes_the_runs_balance_and_step_order(capsys, flags, step
     """`model --balance` and `--step-order` predict what the run does with `--balance` and HPCMM_STEP_ORDER."""
     from mpi4py import MPI
 
-    from hpcmm import cli
+    from hpcmm.cli import main as cli
 
     ns = cli.parse(["model", "--m", "16384", "--ranks", "3", "--ranks-per-host", "3", "--json", *flags])
     assert model.model_main(ns, MPI.COMM_SELF) == 0
@@ -817,7 +818,7 @@ def test_a_staged_broadcast_among_four_is_a_chain(monkeypatch):
 def test_staged_rate_by_size_and_contention_from_the_transport_file(tmp_path):
     """``bench transport``'s staged rows by size and its rows of pairs at once give the description's
     rate by size and contention; the model then slows k transfers at once by 1 + c (k - 1)."""
-    from hpcmm import h5io
+    from hpcmm.io import h5io
 
     links = tmp_path / "links.h5"
     sizes = (1 << 22, 1 << 24, 1 << 26)

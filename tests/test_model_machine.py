@@ -6,7 +6,7 @@ from mpi4py import MPI
 
 import hpcmm
 from hpcmm.config import RunConfig
-from hpcmm.model import builtin, check_table
+from hpcmm.model.cost import builtin, check_table
 
 
 def test_a_cpu_file_against_a_gpu_description_is_flagged(tmp_path):

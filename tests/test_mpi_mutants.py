@@ -1,7 +1,7 @@
 """What the broadcasts between nodes promise: the whole panel arrives, in messages no larger
 than the chunk, through the backend's buffers or through pinned host memory.
 
-Written against the mutants that mutation testing of hpcmm/transport/mpi.py left without a
+Written against the mutants that mutation testing of hpcmm/execution/transport/mpi.py left without a
 test on a CPU (docs/mutation.md: the MPI suite runs under mpiexec, outside mutmut).  A pair of
 stand-in communicators joins a root and a receiver in one process: what the root's ``Bcast``
 sends, the receiver's ``Bcast`` takes, message by message.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcmm.backend import CpuBackend
-from hpcmm.transport.mpi import MAX_MESSAGE, DirectBroadcast, StagedBroadcast
+from hpcmm.execution.backend import CpuBackend
+from hpcmm.execution.transport.mpi import MAX_MESSAGE, DirectBroadcast, StagedBroadcast
 
 
 class _Wire:

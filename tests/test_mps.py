@@ -15,10 +15,10 @@ import tempfile
 
 import pytest
 
-from hpcmm import mps as mps_module
-from hpcmm.backend import gpu_count
-from hpcmm.balance import Device
-from hpcmm.mps import (
+from hpcmm.planning import mps as mps_module
+from hpcmm.execution.backend import gpu_count
+from hpcmm.planning.balance import Device
+from hpcmm.planning.mps import (
     DEFAULT_PIPE_DIRECTORY,
     MpsState,
     control_socket_state,

@@ -17,7 +17,8 @@ import pytest
 from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
 from mpi4py import MPI
 
-from hpcmm import bench, h5io
+from hpcmm.bench import command as bench
+from hpcmm.io import h5io
 from hpcmm.config import RunConfig, new_output_name, next_output_name
 from hpcmm.errors import InputError
 

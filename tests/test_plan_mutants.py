@@ -1,6 +1,6 @@
 """What the plan, the ranks' agreement and the public layout promise, one behaviour a test.
 
-Written against the mutants that mutation testing of hpcmm/plan.py and hpcmm/distribution.py left
+Written against the mutants that mutation testing of hpcmm/planning/plan.py and hpcmm/geometry/distribution.py left
 alive (docs/mutation.md): each test pins a behaviour a caller or a reader of the output sees.
 """
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import hpcmm
-from hpcmm.distribution import Layout, stored_shape
-from hpcmm.plan import Plan, agree_on, settings_fields
+from hpcmm.geometry.distribution import Layout, stored_shape
+from hpcmm.planning.plan import Plan, agree_on, settings_fields
 
 GIB = 2**30
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from hpcmm.config import RunConfig
-from hpcmm.progress import RunProgress
+from hpcmm.cli.progress import RunProgress
 
 GRID = "grid 1x1 | summa | 64x64 @ 64x64 float64 | numpy | panel 64 | balance share"
 

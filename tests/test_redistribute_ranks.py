@@ -1,4 +1,4 @@
-"""hpcmm.redistribute at several ranks in one process: each rank a thread, the messages through a mailbox.
+"""hpcmm.io.redistribute at several ranks in one process: each rank a thread, the messages through a mailbox.
 
 The same moves run under mpiexec through :class:`hpcmm.Matmul` in tests/mpi; here every rank's
 result is held against the global matrix, for layouts where blocks are split, kept, replicated or
@@ -14,9 +14,9 @@ import mpi4py
 import numpy as np
 import pytest
 
-from hpcmm import redistribute as module
-from hpcmm.distribution import Layout
-from hpcmm.redistribute import overlap, redistribute
+from hpcmm.io import redistribute as module
+from hpcmm.geometry.distribution import Layout
+from hpcmm.io.redistribute import overlap, redistribute
 
 
 class _Mailbox:

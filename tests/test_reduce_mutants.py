@@ -1,7 +1,7 @@
 """What the fiber's reduce-scatter promises: member ``j`` ends with piece ``j`` of the sum, pulls the
 bytes it says, allocates the scratch it says, races nothing, and gives everything back.
 
-Written against the mutants that mutation testing of hpcmm/transport/reduce.py left without a
+Written against the mutants that mutation testing of hpcmm/execution/transport/reduce.py left without a
 test on a CPU (docs/mutation.md: the 2.5D runs are under mpiexec).  A fiber's members are threads
 (:class:`~thread_comm.ThreadComm`), their partial blocks in the stand-ins of
 :mod:`peer_stand_ins`: shared windows on the CPU, CUDA IPC on a stand-in GPU whose adds take
@@ -19,10 +19,10 @@ import pytest
 from peer_stand_ins import IpcBackend, IpcNode, shared_windows
 from thread_comm import ThreadComm
 
-from hpcmm.backend import CpuBackend
+from hpcmm.execution.backend import CpuBackend
 from hpcmm.errors import HpcmmError
-from hpcmm.layout import block_range, padded
-from hpcmm.transport.reduce import FiberReduction, scratch_bytes
+from hpcmm.geometry.layout import block_range, padded
+from hpcmm.execution.transport.reduce import FiberReduction, scratch_bytes
 
 
 def _partial(shape, dtype, member: int) -> np.ndarray:

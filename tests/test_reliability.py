@@ -246,7 +246,7 @@ def test_output_directory_without_write_permission(tmp_path):
 
 
 def test_gpu_asked_for_where_there_is_none(tmp_path):
-    from hpcmm.backend import gpu_count
+    from hpcmm.execution.backend import gpu_count
 
     if gpu_count() > 0:
         pytest.skip("this machine has a usable GPU")
@@ -261,7 +261,7 @@ def test_gpu_asked_for_where_there_is_none(tmp_path):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_problem_too_big_for_device_memory(tmp_path, ranks):
     """Refused before any device allocation, with the bytes needed and available."""
-    from hpcmm.backend import gpu_count
+    from hpcmm.execution.backend import gpu_count
 
     if gpu_count() < 1:
         pytest.skip("needs a CUDA GPU and cupy")

@@ -33,8 +33,8 @@ from pathlib import Path
 import ranklog
 from ranklog import Part, hpcmm_argv
 
-from hpcmm.cli import SETTLE_WAIT
-from hpcmm.startup import MPI_START_WAIT, SILENT_RANK_WAIT
+from hpcmm.cli.main import SETTLE_WAIT
+from hpcmm.cli.startup import MPI_START_WAIT, SILENT_RANK_WAIT
 
 REFUSE_LAUNCHES = 4
 END_LAUNCHES = 6

@@ -1,4 +1,4 @@
-"""A results file read back: every figure's unit, and its tables (hpcmm.results)."""
+"""A results file read back: every figure's unit, and its tables (hpcmm.io.results)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 import hpcmm
-from hpcmm.results import tables, unit_of, units
+from hpcmm.io.results import tables, unit_of, units
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_one_rank_records_its_operands_and_no_buffers(results_file):
 
 def test_the_busiest_device_is_the_one_nearest_full():
     """Ranks of one device add up; the device reported is the one with the largest share of its free bytes."""
-    from hpcmm.summary import busiest_device, summary_rows
+    from hpcmm.cli.summary import busiest_device, summary_rows
 
     topology = [{"host": "a", "gpu_index": 0, "gpu_uuid": "u0"}, {"host": "a", "gpu_index": 0, "gpu_uuid": "u0"},
                 {"host": "a", "gpu_index": 1, "gpu_uuid": "u1"}, {"host": "b", "gpu_index": 0, "gpu_uuid": "u2"}]

@@ -242,7 +242,7 @@ def test_interrupted_overwrite_keeps_the_previous_file(job, tmp_path, when):
 
 # -- the same on GPUs (skipped without one) ------------------------------------------
 def _gpus() -> int:
-    from hpcmm.backend import gpu_count
+    from hpcmm.execution.backend import gpu_count
 
     return gpu_count()
 

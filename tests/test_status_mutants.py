@@ -1,6 +1,6 @@
 """What ``--status-file`` promises a batch script, one behaviour a test, in one process.
 
-Written against the mutants that mutation testing of hpcmm/status.py left alive
+Written against the mutants that mutation testing of hpcmm/io/status.py left alive
 (docs/mutation.md); the end-to-end cases under ``mpiexec`` (tests/test_exit_status.py,
 tests/test_reliability_inputs.py) are not run by it.  Pinned: which paths are refused and with
 which message (a name that is not UTF-8, a dangling link, a path another argument names in any
@@ -16,7 +16,7 @@ import os
 import pytest
 from mpi4py import MPI
 
-from hpcmm import status
+from hpcmm.io import status
 from hpcmm.errors import InputError
 
 GOOD = b"state=finished\nexit=0\nreason=done\nranks=2\ncommand=run\n"

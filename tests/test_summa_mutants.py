@@ -1,7 +1,7 @@
 """What a rank's SUMMA plan promises: its order, its ramp, its panel width, one behaviour a test.
 
-Written against the mutants that mutation testing of hpcmm/algorithms/summa.py left alive
-(docs/mutation.md): when :func:`~hpcmm.algorithms.rank_plan` starts a rank at its own blocks and
+Written against the mutants that mutation testing of hpcmm/planning/algorithms/summa.py left alive
+(docs/mutation.md): when :func:`~hpcmm.planning.algorithms.rank_plan` starts a rank at its own blocks and
 when it ramps the first panels up, the ramp of a plan that starts inside k, an empty k, the
 panel width of weighted blocks two columns apart, and the prefetch a configuration gets.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcmm.algorithms import auto_panel, own_start, prefetch_of, rank_plan, summa_plan
+from hpcmm.planning.algorithms import auto_panel, own_start, prefetch_of, rank_plan, summa_plan
 from hpcmm.config import RunConfig
-from hpcmm.layout import Grid, Layout
+from hpcmm.geometry.layout import Grid, Layout
 
 
 def _spans(steps):

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcmm.algorithms import Step, auto_panel, own_start, panel_candidates, rank_plan, summa_plan
-from hpcmm.layout import Grid, Layout, block_range
+from hpcmm.planning.algorithms import Step, auto_panel, own_start, panel_candidates, rank_plan, summa_plan
+from hpcmm.geometry.layout import Grid, Layout, block_range
 
 GRIDS = [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (1, 3), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1)]
 
@@ -108,7 +108,7 @@ def test_ramp_fills_the_first_block_on_two_ranks(k, panel, widths):
 
 @given(depth=st.integers(1, 70000), panel=st.integers(1, 9000))
 def test_ramp_widths_cover_the_block(depth, panel):
-    from hpcmm.algorithms.summa import _ramp_widths
+    from hpcmm.planning.algorithms.summa import _ramp_widths
 
     widths = _ramp_widths(depth, panel)
     assert sum(widths) == depth and all(1 <= w <= panel for w in widths)
@@ -303,7 +303,7 @@ def test_auto_panel_weighted_takes_the_narrow_target():
 
 
 def test_summa_module_doctests():
-    from hpcmm.algorithms import summa as summa_module
+    from hpcmm.planning.algorithms import summa as summa_module
 
     result = doctest.testmod(summa_module)
     assert result.attempted >= 3 and result.failed == 0
@@ -423,7 +423,7 @@ class _NoCollective:
 def _fitting(widths, needs, free, node_others=(), world_others=(), device=0):
     from types import SimpleNamespace
 
-    from hpcmm.choices import widest_fitting
+    from hpcmm.planning.choices import widest_fitting
 
     topo = SimpleNamespace(node_comm=_Gather(node_others), comm=_Gather(world_others), rank=0)
     backend = SimpleNamespace(on_gpu=True, device_id=device, memory_info=lambda: (free, 2 * free))
@@ -455,7 +455,7 @@ def test_widest_fitting_gives_every_rank_the_narrowest_any_device_needs():
 def test_widest_fitting_with_one_width_is_local():
     from types import SimpleNamespace
 
-    from hpcmm.choices import widest_fitting
+    from hpcmm.planning.choices import widest_fitting
 
     topo = SimpleNamespace(node_comm=_NoCollective(), comm=_NoCollective())
     assert widest_fitting(topo, SimpleNamespace(on_gpu=True), [256], lambda width: 1 << 60) == 256
@@ -476,7 +476,7 @@ def test_gpus_shared_is_one_answer_for_every_rank():
     """One GPU with two ranks anywhere makes every rank narrow (their plans must agree)."""
     from types import SimpleNamespace
 
-    from hpcmm.choices import gpus_shared
+    from hpcmm.planning.choices import gpus_shared
 
     def ask(node_devices, world_counts, device=0, on_gpu=True):
         topo = SimpleNamespace(node_comm=_Gather(node_devices), comm=_Gather(world_counts))

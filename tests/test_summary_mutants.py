@@ -1,6 +1,6 @@
 """What the run's figures and its printed summary promise, one behaviour a test.
 
-Written against the mutants that mutation testing of hpcmm/summary.py left alive
+Written against the mutants that mutation testing of hpcmm/cli/summary.py left alive
 (docs/mutation.md).  Pinned here: how the ranks' reports are joined (:func:`gathered_figures`),
 the figures' edge cases (no GEMM time, no host gaps, no GPU, no check), every row of the summary
 and its wording, the unit a rate is shown in, and the plain-text table where rich is not installed.
@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pytest
 
-from hpcmm.summary import format_rate, gathered_figures, print_summary, rate_unit, summary_figures, summary_rows
+from hpcmm.cli.summary import format_rate, gathered_figures, print_summary, rate_unit, summary_figures, summary_rows
 from hpcmm.verify import Check
 
 

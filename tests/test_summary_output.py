@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from hpcmm import bench
-from hpcmm.summary import format_rate, print_summary, rate_unit, summary_figures
+from hpcmm.bench import command as bench
+from hpcmm.cli.summary import format_rate, print_summary, rate_unit, summary_figures
 from hpcmm.verify import Check
 
 

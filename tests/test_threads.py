@@ -10,8 +10,8 @@ import pytest
 from launcher import find_mpiexec, quiet_environment, run_launcher
 from threadpoolctl import threadpool_info
 
-from hpcmm import threads
-from hpcmm.threads import USER_VARIABLES, share_of_cpus
+from hpcmm.planning import threads
+from hpcmm.planning.threads import USER_VARIABLES, share_of_cpus
 
 
 @pytest.mark.parametrize("masks, expected", [

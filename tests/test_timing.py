@@ -3,7 +3,7 @@
 The engine runs on a fake backend (:mod:`fake_backend`) whose GEMMs and
 transfers take known virtual times; the product's window, the per-step
 GEMM, transfer, wait-for-data and host-overhead times must come out as worked
-out by hand below.  The summary maths (:func:`hpcmm.summary.summary_figures`)
+out by hand below.  The summary maths (:func:`hpcmm.cli.summary.summary_figures`)
 and a whole run with known product times are checked the same way.
 """
 
@@ -20,17 +20,17 @@ from fake_backend import FakeBackend, install
 from mpi4py import MPI
 
 import hpcmm
-from hpcmm.algorithms import prefetch_of
-from hpcmm.backend import CpuBackend
-from hpcmm.clock import SharedClock, product_window
-from hpcmm.assemble import engine_for
+from hpcmm.planning.algorithms import prefetch_of
+from hpcmm.execution.backend import CpuBackend
+from hpcmm.execution.clock import SharedClock, product_window
+from hpcmm.planning.assemble import engine_for
 from hpcmm.config import RunConfig
-from hpcmm.engine import Engine
-from hpcmm.inputs import generate_block
-from hpcmm.layout import Grid, Layout
-from hpcmm.model import Problem, builtin, predict
-from hpcmm.summary import print_summary, product_flops, summary_figures
-from hpcmm.topology import Topology
+from hpcmm.execution.engine import Engine
+from hpcmm.io.inputs import generate_block
+from hpcmm.geometry.layout import Grid, Layout
+from hpcmm.model.cost import Problem, builtin, predict
+from hpcmm.cli.summary import print_summary, product_flops, summary_figures
+from hpcmm.execution.topology import Topology
 from hpcmm.verify import Check
 
 M, N, K = 12, 7, 8  # panel 2: four steps
@@ -250,7 +250,7 @@ def test_clock_at_one_rank():
 
 
 @pytest.mark.parametrize("dtype, tf32, given, on_gpu, expected", [
-    ("float32", True, None, True, 2),    # TF32 on a GPU: two panels ahead (hpcmm.algorithms.TF32_PREFETCH)
+    ("float32", True, None, True, 2),    # TF32 on a GPU: two panels ahead (hpcmm.planning.algorithms.TF32_PREFETCH)
     ("float32", False, None, True, 1),
     ("float64", False, None, True, 1),
     ("float32", True, None, False, 1),   # a CPU has no TF32

@@ -16,13 +16,13 @@ from hang_guards import MPI_TIMEOUT
 from test_mpi_suite import BACKSTOP, suite_verdict
 from test_reliability_budget import hang_within, quiet_within
 
-from hpcmm.algo_choice import Placed, choose
-from hpcmm.algorithms.layers import LayeredLayout, Layers, check_layers, parse_algo, valid_layer_counts
-from hpcmm.cli import config_from, parse
+from hpcmm.planning.algo_choice import Placed, choose
+from hpcmm.planning.algorithms.layers import LayeredLayout, Layers, check_layers, parse_algo, valid_layer_counts
+from hpcmm.cli.main import config_from, parse
 from hpcmm.config import RunConfig, settings_from_environment
 from hpcmm.errors import InputError
-from hpcmm.layout import Grid
-from hpcmm.model import Problem, builtin, predict
+from hpcmm.geometry.layout import Grid
+from hpcmm.model.cost import Problem, builtin, predict
 from mpi4py import MPI
 
 

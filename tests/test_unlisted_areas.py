@@ -3,24 +3,24 @@
 * verification of rows of A whose norm is zero: a right C passes both checks with finite
   figures, and anything but zero in such a row of C fails them (:mod:`hpcmm.verify`);
 * the status file after an unexpected error on rank 0: ``exit=1``, ``reason=failed``, never
-  the ``exit=0`` a batch script takes for success (:mod:`hpcmm.status`), at the module and
+  the ``exit=0`` a batch script takes for success (:mod:`hpcmm.io.status`), at the module and
   through ``python -m hpcmm`` at 2 ranks;
 * collective errors without MPI: an error passed to :func:`hpcmm.errors.agree` keeps its kind,
   text and exit status; :func:`hpcmm.errors.raised_everywhere` is true only of no error or an
   agreed one (several ranks: tests/mpi/test_unlisted_areas_mpi.py);
 * the summary's figures documented as medians over the products, from GEMM, wait and host
   times that differ from product to product and from rank to rank, so that a mean, a maximum,
-  the first product or the other axis gives another figure (:mod:`hpcmm.summary`), and the
+  the first product or the other axis gives another figure (:mod:`hpcmm.cli.summary`), and the
   GEMM median as a run writes it into ``/summary``;
 * the publish step: a file that appeared at ``--out`` while the run worked is neither replaced
   nor renamed around (exit 2, the file left as it was, no temporary left behind); with
-  ``--overwrite`` it is replaced by the results (:mod:`hpcmm.run`, :func:`hpcmm.h5io.publish`);
-  the same for the figures files of ``bench`` (:func:`hpcmm.h5io.write_table_file`);
+  ``--overwrite`` it is replaced by the results (:mod:`hpcmm.cli.run`, :func:`hpcmm.io.h5io.publish`);
+  the same for the figures files of ``bench`` (:func:`hpcmm.io.h5io.write_table_file`);
 * ``report --plot``: what the chart shows, read back from matplotlib's figure: by default the
   last timed product's bars (lanes, extents, colours), another with ``--iteration``;
 * the rule between ``--grid`` and ``--algo``: a grid only with ``summa`` (refused with ``2.5d``,
   ``2.5d:C`` and ``auto``, from the option or ``HPCMM_ALGO``), and ``auto`` choosing among summa
-  and the layer counts the nodes allow (:mod:`hpcmm.config`, :mod:`hpcmm.algo_choice`).
+  and the layer counts the nodes allow (:mod:`hpcmm.config`, :mod:`hpcmm.planning.algo_choice`).
 
 Bytes per peer of the 2.5D reduction, the relay path's records and the rank whose error every
 rank raises need several ranks: tests/mpi/test_unlisted_areas_mpi.py.
@@ -39,15 +39,16 @@ from launcher import REPO, find_mpiexec, quiet_environment, run_launcher
 from mpi4py import MPI
 
 import hpcmm
-from hpcmm import h5io, status
-from hpcmm.algo_choice import Placed, choose
-from hpcmm.cli import config_from, parse
+from hpcmm.io import h5io
+from hpcmm.io import status
+from hpcmm.planning.algo_choice import Placed, choose
+from hpcmm.cli.main import config_from, parse
 from hpcmm.config import RunConfig
-from hpcmm.engine import Engine
+from hpcmm.execution.engine import Engine
 from hpcmm.errors import HpcmmError, InputError, OutputError, VerificationError, agree, raised_everywhere
-from hpcmm.inputs import generate_block
-from hpcmm.layout import Grid, Layout
-from hpcmm.summary import summary_figures
+from hpcmm.io.inputs import generate_block
+from hpcmm.geometry.layout import Grid, Layout
+from hpcmm.cli.summary import summary_figures
 from hpcmm.verify import Check, Product, freivalds, full_check
 
 SMALL = ["--m", "13", "--n", "7", "--k", "5", "--quiet"]
@@ -307,11 +308,11 @@ def test_a_figures_file_that_appeared_at_out_is_kept(tmp_path, monkeypatch):
 RUNNER = """
 import sys
 sys.path.insert(0, {repo!r})
-from hpcmm.startup import launch
+from hpcmm.cli.startup import launch
 
 
 def prepare():
-    from hpcmm import h5io
+    from hpcmm.io import h5io
     real = h5io.write_results
 
     def write_results(tmp, meta):
@@ -373,7 +374,7 @@ def _plotted(monkeypatch, path, png, iteration):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from hpcmm.report import report_main
+    from hpcmm.cli.report import report_main
 
     saved = []
     real = Figure.savefig

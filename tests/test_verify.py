@@ -9,10 +9,10 @@ from mpi4py import MPI
 
 import hpcmm
 from hpcmm.config import RunConfig
-from hpcmm.engine import Engine
+from hpcmm.execution.engine import Engine
 from hpcmm.errors import InputError, VerificationError
-from hpcmm.inputs import generate_block
-from hpcmm.layout import Grid, Layout
+from hpcmm.io.inputs import generate_block
+from hpcmm.geometry.layout import Grid, Layout
 from hpcmm.verify import Product, freivalds, freivalds_tolerance, full_check, tolerance
 
 DTYPES = ["float64", "float32", "float16", "bfloat16", "complex128", "complex64"]

@@ -20,9 +20,9 @@ import pytest
 from thread_comm import ThreadComm
 
 from hpcmm import verify
-from hpcmm.backend import CpuBackend
+from hpcmm.execution.backend import CpuBackend
 from hpcmm.errors import InputError
-from hpcmm.layout import Grid, Layout
+from hpcmm.geometry.layout import Grid, Layout
 from hpcmm.verify import (UNDERFLOW, Product, check_full_size, confidence, detectable, freivalds,
                           freivalds_tolerance, full_check, sign_vectors, tolerance, underflow)
 
@@ -387,7 +387,7 @@ def test_a_complex_check_says_nothing_on_stderr(method):
 def test_the_check_widens_a_block_in_chunks_of_bounded_bytes():
     """``_matmul`` on the device takes at most ``chunk_bytes`` of widened rows at once (one row where a
     row is more), whatever the block's shape, and gives the product of the whole block."""
-    from hpcmm.backend import CpuBackend
+    from hpcmm.execution.backend import CpuBackend
     from hpcmm.verify import _matmul
 
     seen = []

@@ -18,11 +18,11 @@ import pytest
 from mpi4py import MPI
 from products import TYPES, emulate, inputs, row_scale, run_dtype, steps, storage
 
-from hpcmm.backend import CpuBackend, gpu_count
+from hpcmm.execution.backend import CpuBackend, gpu_count
 from hpcmm.config import RunConfig
-from hpcmm.layout import Grid, Layout
-from hpcmm.summary import summary_rows
-from hpcmm.topology import Topology
+from hpcmm.geometry.layout import Grid, Layout
+from hpcmm.cli.summary import summary_rows
+from hpcmm.execution.topology import Topology
 from hpcmm.verify import Product, confidence, detectable, freivalds, freivalds_tolerance, tolerance
 
 M = N = 16
@@ -191,7 +191,7 @@ def _gpu_product(be, a, b, kind, panel):
 @pytest.mark.skipif(gpu_count() == 0, reason="no usable GPU: cupy does not import or sees no CUDA device")
 @pytest.mark.parametrize("kind", GPU_TYPES)
 def test_power_on_the_gpu(one_rank, kind):
-    from hpcmm.backend import GpuBackend
+    from hpcmm.execution.backend import GpuBackend
 
     be = GpuBackend(0)
     cp = be.cupy

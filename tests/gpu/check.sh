@@ -166,7 +166,7 @@ run_mode() {
       check system f16-wrong-c-fails 1 - -- mpiexec -n 2 $py tests/fault_runner.py --fault 0:verify:corrupt -- --dtype float16 --quiet
       check system f16-right 0 ipc -- mpiexec -n 2 $py -m hpcmm --dtype float16 --m 16384 --n 16384 --k 16384 --quiet
       check system tf32-right 0 ipc -- mpiexec -n 2 $py -m hpcmm --dtype float32 --tf32 --m 16384 --n 16384 --k 16384 --quiet
-      # the GEMM's operand orders (hpcmm.gemm_orders): panels re-laid out after IPC and staged transfers
+      # the GEMM's operand orders (hpcmm.planning.gemm_orders): panels re-laid out after IPC and staged transfers
       check system n2-bf16-uneven-full 0 ipc -- mpiexec -n 2 $py -m hpcmm --dtype bfloat16 --m 4099 --n 3001 --k 2001 --verify full --quiet
       check system n2-rpn1-tf32-full 0 staged -- mpiexec -n 2 $py -m hpcmm --dtype float32 --tf32 --m 4099 --n 3001 --k 2001 --ranks-per-node 1 --verify full --quiet
       for order in CC CF FF; do

@@ -30,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import hpcmm.backend as backend_module  # noqa: E402
-from hpcmm.backend import make_backend  # noqa: E402
-from hpcmm.bench_reference import event_timer  # noqa: E402
+import hpcmm.execution.backend as backend_module  # noqa: E402
+from hpcmm.execution.backend import make_backend  # noqa: E402
+from hpcmm.bench.reference import event_timer  # noqa: E402
 from hpcmm.dtypes import numpy_dtype  # noqa: E402
 
 DEFAULT_CASES = "float64:16384x16384x16384,float64:8192x16384x8192,float64:8192x8192x8192,float32:16384x16384x16384"

@@ -3,7 +3,7 @@
     python3 tests/gpu/gemm_probe.py [--cases CASES] [--repeats R] [--autotune N] [--json FILE]
 
 One device, no MPI.  A case is ``TYPE:MxNxW``: C is m×n row-major and a step adds A·B to it, A m×w
-and B w×n in the operand orders the run's GEMM takes for the type (:func:`hpcmm.gemm_orders.gemm_order`;
+and B w×n in the operand orders the run's GEMM takes for the type (:func:`hpcmm.planning.gemm_orders.gemm_order`;
 ``tf32`` is float32 on TF32 tensor cores).  For each case:
 
 * ``hpcmm gemm``: hpcmm's own call (``Backend.gemm``, cublasGemmEx with ``beta = 1``), as a step runs it;
@@ -30,11 +30,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hpcmm.backend import make_backend  # noqa: E402
-from hpcmm.bench_reference import event_timer  # noqa: E402
+from hpcmm.execution.backend import make_backend  # noqa: E402
+from hpcmm.bench.reference import event_timer  # noqa: E402
 from hpcmm.dtypes import numpy_dtype  # noqa: E402
-from hpcmm.gemm_orders import gemm_order  # noqa: E402
-from hpcmm.model import sweep_operands  # noqa: E402
+from hpcmm.planning.gemm_orders import gemm_order  # noqa: E402
+from hpcmm.model.cost import sweep_operands  # noqa: E402
 
 DEFAULT_CASES = ("float64:8192x16384x8192,float64:8192x16384x1024,tf32:8192x16384x8192,tf32:8192x16384x1024,"
                  "float16:8192x16384x8192,bfloat16:16384x32768x8192,float64:2048x4096x2048,float64:4096x8192x4096")
@@ -74,7 +74,7 @@ def parse_cases(text: str) -> list[Case]:
 
 def operands(backend, case: Case):
     """A, B and C of the case, random in [-1, 1), A and B in the run's operand orders for the type
-    (drawn as ``model measure``'s sweep draws them, :func:`hpcmm.model.sweep_operands`)."""
+    (drawn as ``model measure``'s sweep draws them, :func:`hpcmm.model.cost.sweep_operands`)."""
     kind = "tf32" if case.tf32 else case.dtype
     a, b = sweep_operands(backend.xp, case.m, case.n, case.w, kind, backend.on_gpu)
     c = backend.xp.ascontiguousarray((backend.xp.random.random((case.m, case.n)) * 2 - 1)
@@ -84,7 +84,7 @@ def operands(backend, case: Case):
 
 def timed(backend, product, repeats: int) -> float:
     """Median seconds of ``product()`` over ``repeats`` runs after one warm-up, by events on the compute
-    stream, as ``bench`` times its one-device candidates (:func:`hpcmm.bench_reference.event_timer`)."""
+    stream, as ``bench`` times its one-device candidates (:func:`hpcmm.bench.reference.event_timer`)."""
     return float(np.median(event_timer(backend)(None, product, 1, repeats)))
 
 

@@ -16,7 +16,7 @@ import cupy
 from mpi4py import MPI
 
 import hpcmm
-from hpcmm.backend import GpuBackend
+from hpcmm.execution.backend import GpuBackend
 
 size, dtype = int(sys.argv[1]), sys.argv[2]
 least = int(sys.argv[3] if len(sys.argv) > 3 else 64) << 20

@@ -4,9 +4,9 @@ Launch (a node of 2 GPUs, 3 ranks: GPU 0 holds two)::
 
     mpiexec -n 3 python3 tests/gpu/shared_gpu_probe.py [--balance share|measured|none] [--json FILE]
 
-Every rank finds its MPS state (:func:`hpcmm.mps.detect`) and device; the
-ranks agree on weights (:func:`hpcmm.balance.gather_balance`), take the grid
-and placement :func:`hpcmm.layout.fit_grid` picks, and multiply an uneven
+Every rank finds its MPS state (:func:`hpcmm.planning.mps.detect`) and device; the
+ranks agree on weights (:func:`hpcmm.planning.balance.gather_balance`), take the grid
+and placement :func:`hpcmm.geometry.layout.fit_grid` picks, and multiply an uneven
 float64 product over the weighted blocks with the engine.  Rank 0 compares C
 with numpy's float64 product, prints one line (and the MPS hint where ranks
 share a GPU without it) and writes the facts as JSON.  Exit status 0 when C is
@@ -24,14 +24,14 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from hpcmm.backend import make_backend
-from hpcmm.balance import MODES, gather_balance
+from hpcmm.execution.backend import make_backend
+from hpcmm.planning.balance import MODES, gather_balance
 from hpcmm.config import RunConfig
-from hpcmm.assemble import engine_for
-from hpcmm.inputs import generate_block
-from hpcmm.layout import Grid, Layout, fit_grid, predicted_imbalance
-from hpcmm.mps import detect, shared_without_mps, sharing_hint
-from hpcmm.topology import Topology
+from hpcmm.planning.assemble import engine_for
+from hpcmm.io.inputs import generate_block
+from hpcmm.geometry.layout import Grid, Layout, fit_grid, predicted_imbalance
+from hpcmm.planning.mps import detect, shared_without_mps, sharing_hint
+from hpcmm.execution.topology import Topology
 from hpcmm.verify import tolerance
 
 

@@ -26,9 +26,9 @@ import time
 
 from mpi4py import MPI
 
-from hpcmm.backend import GpuBackend
-from hpcmm.mps import detect
-from hpcmm.summary import product_flops
+from hpcmm.execution.backend import GpuBackend
+from hpcmm.planning.mps import detect
+from hpcmm.cli.summary import product_flops
 
 
 def main() -> int:

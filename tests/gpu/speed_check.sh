@@ -6,7 +6,7 @@
 # On the 2-GPU machine, from the project root:
 #   bash tests/gpu/speed_check.sh           the whole table (below)
 #   bash tests/gpu/speed_check.sh orders    the GEMM's operand orders only (about 5 minutes): tf32 16384,
-#       float16/bfloat16 16384 and 32768, float64 16384 at 2 ranks, each in the order hpcmm.gemm_orders
+#       float16/bfloat16 16384 and 32768, float64 16384 at 2 ranks, each in the order hpcmm.planning.gemm_orders
 #       picks (bench-orders-*) and again with HPCMM_GEMM_ORDER=FC, as stored, no re-layout (bench-stored-*)
 #   bash tests/gpu/speed_check.sh panels    the panel width by type (about 6 minutes): tf32 and float16 16384,
 #       bfloat16 32768 at --panel 2048/4096/8192, float64 8192 at 1024/2048/4096, 4096 at 512/1024/2048, 16384 and 32768 at 8192

@@ -37,7 +37,7 @@ are the other contexts of that GPU.  Phases of ``--seconds`` each (the table ``P
     docs/scaling.md section 2 has a GPU idle while its contexts' GEMMs wait so).
 
 Rank 0 prints, per phase, its GEMMs' median, 90th percentile and maximum, the GPU's TFLOP/s over
-every rank's GEMMs, and the other ranks' copies in GB/s; ``--json`` writes the same.  The cost model (``hpcmm.model``) runs
+every rank's GEMMs, and the other ranks' copies in GB/s; ``--json`` writes the same.  The cost model (``hpcmm.model.cost``) runs
 a GPU's GEMMs in turn and makes a copy wait for contexts with a GEMM pending; whether a GEMM also
 waits for other contexts' copies is what ``gemm + copies`` against ``gemm alone`` says.
 Exit status 2 without a usable GPU.

@@ -5,7 +5,7 @@ Run with::
     mpiexec -n 4 python -m pytest --with-mpi tests/mpi
 
 (``tests/test_mpi_suite.py`` does this for 1, 2, 3 and 4 ranks.)  The engine
-runs here on a weighted :class:`~hpcmm.layout.Layout` directly, so products
+runs here on a weighted :class:`~hpcmm.geometry.layout.Layout` directly, so products
 over uneven blocks are checked against numpy before any option selects them.
 Verdicts are shared with every rank before any rank asserts.
 """
@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcmm.backend import CpuBackend, make_backend
-from hpcmm.balance import MODES, Device, gather_balance
+from hpcmm.execution.backend import CpuBackend, make_backend
+from hpcmm.planning.balance import MODES, Device, gather_balance
 from hpcmm.config import RunConfig
-from hpcmm.assemble import engine_for
+from hpcmm.planning.assemble import engine_for
 from hpcmm.errors import HpcmmError
-from hpcmm.inputs import generate_block
-from hpcmm.layout import Grid, Layout, fit_grid, predicted_imbalance
-from hpcmm.topology import Topology
+from hpcmm.io.inputs import generate_block
+from hpcmm.geometry.layout import Grid, Layout, fit_grid, predicted_imbalance
+from hpcmm.execution.topology import Topology
 from hpcmm.verify import tolerance
 
 COMM = MPI.COMM_WORLD
@@ -156,7 +156,7 @@ class _GpuLike:
 def test_panel_collectives_give_every_rank_one_answer(devices):
     """Ranks on ``devices`` GPUs (node-local rank modulo): shared where some GPU holds two ranks; the
     width is the first that fits on every device, the ranks of one device counted together."""
-    from hpcmm.choices import gpus_shared, widest_fitting
+    from hpcmm.planning.choices import gpus_shared, widest_fitting
 
     topo = Topology.create(COMM, RunConfig())
     try:

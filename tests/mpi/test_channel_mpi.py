@@ -34,13 +34,13 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcmm.backend import make_backend
+from hpcmm.execution.backend import make_backend
 from hpcmm.config import RunConfig
-from hpcmm.topology import Topology
-from hpcmm.transport import channel as channel_module
-from hpcmm.transport import decide
-from hpcmm.transport.channel import PanelChannel, select_paths
-from hpcmm.transport.mpi import DirectBroadcast, StagedBroadcast
+from hpcmm.execution.topology import Topology
+from hpcmm.execution.transport import channel as channel_module
+from hpcmm.execution.transport import decide
+from hpcmm.execution.transport.channel import PanelChannel, select_paths
+from hpcmm.execution.transport.mpi import DirectBroadcast, StagedBroadcast
 
 COMM = MPI.COMM_WORLD
 RANK = COMM.Get_rank()

@@ -1,4 +1,4 @@
-"""The ranks compare the plan before any buffer is made (hpcmm/assemble.py, hpcmm/choices.py).
+"""The ranks compare the plan before any buffer is made (hpcmm/planning/assemble.py, hpcmm/planning/choices.py).
 
 One rank's planner is made to choose otherwise (another prefetch): every rank raises the same
 one-line error naming the field and the ranks, and no rank built an engine (no block, no ring,
@@ -13,8 +13,8 @@ import pytest
 from test_run_mpi import COMM, P, RANK, config, everywhere, raised_everywhere
 
 import hpcmm
-from hpcmm import assemble
-from hpcmm.engine import Engine
+from hpcmm.planning import assemble
+from hpcmm.execution.engine import Engine
 
 pytestmark = pytest.mark.mpi
 

@@ -1,4 +1,4 @@
-"""``--balance dynamic`` (hpcmm/dynamic.py): tiles handed out while the product runs.
+"""``--balance dynamic`` (hpcmm/execution/dynamic.py): tiles handed out while the product runs.
 
 C is right (saved C against numpy in float64, poisoned blocks, uneven shapes, every type class,
 α and β) at any rank count; each product computes every tile exactly once; a rank that runs
@@ -17,7 +17,7 @@ import pytest
 from test_run_mpi import COMM, P, RANK, config, everywhere, on_rank0, raised_everywhere, run_and_compare, shape
 
 import hpcmm
-from hpcmm.backend import CpuBackend, GpuBackend
+from hpcmm.execution.backend import CpuBackend, GpuBackend
 
 pytestmark = pytest.mark.mpi
 
@@ -133,7 +133,7 @@ def test_the_library_plans_and_executes_dynamic_products():
 @pytest.mark.parametrize("verify", ["freivalds", "full"])
 def test_a_wrong_tile_fails_the_check(mpi_tmp_path, monkeypatch, verify):
     """One element of the last rank's C off by 0.05 after each product: both checks catch it."""
-    from hpcmm.dynamic import DynamicEngine
+    from hpcmm.execution.dynamic import DynamicEngine
 
     original = DynamicEngine.multiply
 

@@ -102,7 +102,7 @@ def test_execute_again_gives_the_bits_of_a_fresh_plan():
 
 def _slabs(shapes, size, reverse):
     """A caller's own layout: every operand by rows, uneven, ranks in reverse order where ``reverse``."""
-    from hpcmm.layout import block_range
+    from hpcmm.geometry.layout import block_range
 
     blocks = {}
     for name, (rows, cols) in shapes.items():
@@ -257,7 +257,7 @@ def test_the_command_lines_gemm_semantics(mpi_tmp_path, dtype, op_a, op_b, alpha
 
     from hpcmm.config import RunConfig
     from hpcmm.dtypes import read_dataset
-    from hpcmm.inputs import generate_block
+    from hpcmm.io.inputs import generate_block
 
     comm = MPI.COMM_WORLD
     m, n, k = _shape(comm.size)

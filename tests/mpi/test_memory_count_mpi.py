@@ -1,4 +1,4 @@
-"""The memory check counts every buffer hpcmm allocates for a product (hpcmm/choices.py).
+"""The memory check counts every buffer hpcmm allocates for a product (hpcmm/planning/choices.py).
 
 Every device allocation of a product's set-up goes through one of two doors: a transport's
 ``PeerMemory.allocate`` (blocks with their panel rings, the 2.5D partial C) or
@@ -17,10 +17,10 @@ from __future__ import annotations
 import pytest
 from test_run_mpi import COMM, DEVICE, P, everywhere
 
-from hpcmm.assemble import assembled
-from hpcmm.backend import CpuBackend, GpuBackend
+from hpcmm.planning.assemble import assembled
+from hpcmm.execution.backend import CpuBackend, GpuBackend
 from hpcmm.config import RunConfig
-from hpcmm.transport.ipc import IpcPeerMemory, ShmPeerMemory
+from hpcmm.execution.transport.ipc import IpcPeerMemory, ShmPeerMemory
 
 pytestmark = pytest.mark.mpi
 

@@ -26,7 +26,7 @@ import pytest
 from test_run_mpi import COMM, P, compare, config, everywhere, generated_product, on_rank0
 
 import hpcmm
-from hpcmm import h5io
+from hpcmm.io import h5io
 
 PARALLEL = bool(h5py.get_config().mpi)
 
@@ -40,7 +40,7 @@ if not PARALLEL:
 
 
 class H5pyAsSeen:
-    """h5py as :mod:`hpcmm.h5io` sees it: records the drivers of the files opened; ``serial`` hides MPI."""
+    """h5py as :mod:`hpcmm.io.h5io` sees it: records the drivers of the files opened; ``serial`` hides MPI."""
 
     def __init__(self, serial: bool) -> None:
         self.serial = serial

@@ -25,12 +25,12 @@ import pytest
 from mpi4py import MPI
 
 import hpcmm
-from hpcmm import balance as balance_module
+from hpcmm.planning import balance as balance_module
 from hpcmm.config import RunConfig
-from hpcmm.grid_orientation import facing
-from hpcmm.inputs import generate_block
-from hpcmm.layout import Grid, Layout, load_imbalance, predicted_imbalance
-from hpcmm.topology import choose_grid
+from hpcmm.planning.grid_orientation import facing
+from hpcmm.io.inputs import generate_block
+from hpcmm.geometry.layout import Grid, Layout, load_imbalance, predicted_imbalance
+from hpcmm.execution.topology import choose_grid
 from hpcmm.verify import tolerance
 from test_run_mpi import everywhere, on_rank0
 
@@ -45,8 +45,8 @@ RATES = (4e9, 1e9, 3e9, 2e9)
 def usual_grid(ranks_per_node: int | None = None) -> Grid:
     """The grid of a run without weights or ``--grid``: ``MPI.Compute_dims``, turned as the run turns it
     (float64 on GPUs of one node faces tall, or takes one process row where ranks share the GPUs,
-    :mod:`hpcmm.grid_orientation`; the suite's ranks are on one host)."""
-    from hpcmm.backend import gpu_count
+    :mod:`hpcmm.planning.grid_orientation`; the suite's ranks are on one host)."""
+    from hpcmm.execution.backend import gpu_count
 
     on_gpu = DEVICE != "cpu" and gpu_count() > 0
     nodes = 1 if ranks_per_node is None or ranks_per_node >= P else -(-P // ranks_per_node)
@@ -169,7 +169,7 @@ def test_product_rates_decide_the_blocks(mpi_tmp_path, monkeypatch):
     """Rates 4 : 1 : 3 : 2 from the untimed product: the timed products' blocks follow them."""
     import importlib
 
-    run_module = importlib.import_module("hpcmm.assemble")  # where --balance product measures
+    run_module = importlib.import_module("hpcmm.planning.assemble")  # where --balance product measures
     monkeypatch.setattr(run_module, "product_rate", lambda flops, seconds: RATES[RANK % len(RATES)])
     run(mpi_tmp_path, "rates", balance="product")
     m, n, k = shape()
@@ -190,9 +190,9 @@ def test_product_balance_keeps_the_face_of_the_grid(mpi_tmp_path, monkeypatch):
     ``MPI.Compute_dims`` gives it (at 2 and 3 ranks the two differ)."""
     import importlib
 
-    from hpcmm.grid_orientation import most_square, oriented
+    from hpcmm.planning.grid_orientation import most_square, oriented
 
-    run_module = importlib.import_module("hpcmm.assemble")  # where --balance product measures
+    run_module = importlib.import_module("hpcmm.planning.assemble")  # where --balance product measures
     monkeypatch.setattr(run_module, "product_rate", lambda flops, seconds: 1e9)  # equal rates: the usual grid
     run(mpi_tmp_path, "faced", balance="product", grid_orientation="tall")
 
@@ -211,9 +211,9 @@ def test_product_balance_measures_products_for_its_time(mpi_tmp_path, monkeypatc
     most its cap), the same number on every rank, and weighs the flops of all of them."""
     import importlib
 
-    from hpcmm.engine import Engine
+    from hpcmm.execution.engine import Engine
 
-    assemble = importlib.import_module("hpcmm.assemble")
+    assemble = importlib.import_module("hpcmm.planning.assemble")
     monkeypatch.setattr(assemble, "PRODUCT_BALANCE_SECONDS", seconds)
     monkeypatch.setattr(assemble, "PRODUCT_BALANCE_MOST", most)
     calls, weighed = [], []

@@ -30,13 +30,13 @@ from mpi4py import MPI
 
 import hpcmm
 from hpcmm.config import RunConfig
-from hpcmm.algorithms import own_start
+from hpcmm.planning.algorithms import own_start
 from hpcmm.dtypes import BFLOAT16, read_dataset, to_storage
-from hpcmm.engine import Engine
+from hpcmm.execution.engine import Engine
 from hpcmm.errors import InputError, VerificationError
-from hpcmm.gemm_orders import ORDERS, label
-from hpcmm.inputs import generate_block
-from hpcmm.layout import Grid, Layout, padded
+from hpcmm.planning.gemm_orders import ORDERS, label
+from hpcmm.io.inputs import generate_block
+from hpcmm.geometry.layout import Grid, Layout, padded
 from hpcmm.verify import tolerance
 
 COMM = MPI.COMM_WORLD
@@ -237,7 +237,7 @@ def _check_timings(result, path, iters):
     assert result.summary["seconds"] > 0 and result.summary["tflops"] > 0
 
 
-# -- the GEMM's operand orders (hpcmm.gemm_orders) -------------------------------------------
+# -- the GEMM's operand orders (hpcmm.planning.gemm_orders) -------------------------------------------
 
 
 @pytest.mark.mpi(min_size=1)

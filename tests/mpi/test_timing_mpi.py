@@ -17,9 +17,9 @@ import pytest
 from mpi4py import MPI
 
 import hpcmm
-from hpcmm.clock import SharedClock
+from hpcmm.execution.clock import SharedClock
 from hpcmm.config import RunConfig
-from hpcmm.engine import Engine
+from hpcmm.execution.engine import Engine
 
 COMM = MPI.COMM_WORLD
 RANK, P = COMM.Get_rank(), COMM.Get_size()

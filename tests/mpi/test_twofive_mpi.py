@@ -132,7 +132,7 @@ def test_auto_runs_what_the_model_picks(mpi_tmp_path):
         pytest.skip("needs nodes of 2")
     import dataclasses  # noqa: PLC0415
 
-    from hpcmm.model import builtin  # noqa: PLC0415
+    from hpcmm.model.cost import builtin  # noqa: PLC0415
 
     machine = mpi_tmp_path / "slow-net.json"
     if RANK == 0:
@@ -142,7 +142,7 @@ def test_auto_runs_what_the_model_picks(mpi_tmp_path):
     result = run_and_compare(mpi_tmp_path, m=64, n=64, k=4096, ranks_per_node=2, algo="auto", machine=str(machine),
                              verify="freivalds")
     # What the model says of this placement (all ranks on one host, nodes of 2; CPU: MPI on host buffers).
-    from hpcmm.model import Problem, load_machine, predict  # noqa: PLC0415
+    from hpcmm.model.cost import Problem, load_machine, predict  # noqa: PLC0415
 
     names = ["summa"] + [f"2.5d:{c}" for c in (2,) if P % 2 == 0]
     seconds = {name: predict(Problem(64, 64, 4096), P, load_machine(str(machine)), ranks_per_node=2, ranks_per_host=P,
@@ -169,8 +169,8 @@ def test_one_rank_out_of_memory_at_set_up_fails_every_rank(mpi_tmp_path, where, 
     naming that rank, and none waits in a collective."""
     if P % 2:
         pytest.skip("2 layers need nodes of an even number of ranks")
-    from hpcmm.backend import Backend, GpuBackend
-    from hpcmm.engine import Engine
+    from hpcmm.execution.backend import Backend, GpuBackend
+    from hpcmm.execution.engine import Engine
 
     def out_of_memory(real):
         def call(self, *args, **kwargs):

@@ -25,15 +25,15 @@ import numpy as np
 import pytest
 from test_run_mpi import COMM, DEVICE, P, RANK, everywhere, on_rank0, run_and_compare
 
-from hpcmm.assemble import engine_for
-from hpcmm.backend import make_backend
+from hpcmm.planning.assemble import engine_for
+from hpcmm.execution.backend import make_backend
 from hpcmm.config import RunConfig
 from hpcmm.errors import HpcmmError, InputError, VerificationError, agree, raised_everywhere
-from hpcmm.inputs import generate_block
-from hpcmm.layout import Grid, Layout, block_range, padded
-from hpcmm.topology import Topology
-from hpcmm.transport.channel import PanelChannel
-from hpcmm.transport.reduce import FiberReduction
+from hpcmm.io.inputs import generate_block
+from hpcmm.geometry.layout import Grid, Layout, block_range, padded
+from hpcmm.execution.topology import Topology
+from hpcmm.execution.transport.channel import PanelChannel
+from hpcmm.execution.transport.reduce import FiberReduction
 
 # -- collective errors ---------------------------------------------------------------------
 

@@ -899,7 +899,7 @@ def test_job_completes_and_verifies(finished, label):
     import h5py
     from mpi4py import MPI
 
-    from hpcmm.grid_orientation import facing, oriented
+    from hpcmm.planning.grid_orientation import facing, oriented
 
     job = finished[label]
     assert job.info.get("JobState") == "COMPLETED", job.explain()
@@ -1000,7 +1000,7 @@ def test_scaling_grid_is_hpcmms(script, device, nodes, dtype, gpus, turned):
     and each keeps ROW_LEAST_COLUMNS columns of C (narrower strips: the turned grid)."""
     from mpi4py import MPI
 
-    from hpcmm.grid_orientation import ROW_LEAST_COLUMNS, ROW_MOST_RANKS
+    from hpcmm.planning.grid_orientation import ROW_LEAST_COLUMNS, ROW_MOST_RANKS
 
     assert "scaling_plan" in (JOBS_DIR / script).read_text()  # whose grids come from common.sh's hpcmm_grid
     text = (JOBS_DIR / "common.sh").read_text()

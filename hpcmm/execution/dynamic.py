@@ -1,0 +1,272 @@
+"""``--balance dynamic``: the ranks of one node hand out a product's C tiles while it runs.
+
+Every rank holds its SUMMA blocks of A, B and C (the ``share`` layout) in memory that every
+other rank of the node reads and writes directly: one CUDA IPC (GPU) or MPI shared-memory (CPU)
+buffer per rank, mapped once.  A product is cut finer than one block per rank: each rank's C
+block into :func:`tile_rows` row tiles.  Each rank keeps a counter of its tiles in an MPI shared-memory window;
+a tile is claimed with one atomic ``Fetch_and_op``, so it is computed exactly once.  A rank first
+takes its own tiles in order; once they are gone it takes the unclaimed tiles of the others
+(the next rank first), reading their A and B panels from their owners' blocks and writing the
+tile where its owner's C block holds it.  Every element of C is written once per product; the
+blocks are where the verification and the results file look for them.
+
+No panel moves: the GEMMs read the owners' memory (on one GPU, the same device memory; between
+GPUs of a node, over NVLink through peer access).  The product ends when every rank has
+synchronized its device and passed a barrier.
+
+Each tile computed is one "step" of the rank's records (``/timings/steps``: its GEMM seconds,
+no communication) and one row of ``/timings/tiles``: which rank computed which owner's tile.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from time import perf_counter
+
+import numpy as np
+from mpi4py import MPI
+
+from ..planning.algorithms import Step, rank_plan
+from ..planning.choices import EngineChoices
+from ..config import RunConfig
+from ..dtypes import numpy_dtype
+from .engine import IterationTimes, copy_in
+from ..errors import collective_setup, raised_everywhere
+from ..geometry.layout import Layout, padded
+from .transport.channel import select_paths
+
+__all__ = ["DynamicEngine", "DynamicTimes"]
+
+#: Tiles a rank's device may have queued when it claims the next: the next starts as one ends.
+QUEUED_TILES = 2
+
+
+def merged_spans(steps: list[Step]) -> list[Step]:
+    """``steps`` (in k order) as the fewest GEMMs: consecutive steps that read the same two blocks at
+    contiguous offsets become one step over their joint k range.
+
+    Nothing moves in a dynamic product (a tile reads its panels where they lie), so the panel width
+    only sets the GEMMs' count; one GEMM per pair of source blocks keeps each GEMM as wide as the
+    owners allow.
+
+    >>> [s.width for s in merged_spans([Step(0, 0, 4, 0, 0, 0, 0), Step(1, 4, 8, 0, 4, 0, 4),
+    ...                                  Step(2, 8, 11, 1, 0, 0, 8)])]
+    [8, 3]
+    """
+    spans: list[Step] = []
+    for step in steps:
+        last = spans[-1] if spans else None
+        if (last is not None and (last.a_root, last.b_root) == (step.a_root, step.b_root) and last.k1 == step.k0
+                and last.a_offset + last.width == step.a_offset and last.b_offset + last.width == step.b_offset):
+            spans[-1] = dataclasses.replace(last, k1=step.k1)
+        else:
+            spans.append(step)
+    return spans
+
+
+@dataclasses.dataclass
+class DynamicTimes(IterationTimes):
+    """One product's timings on this rank, and the tiles it computed: ``(owner, tile, row0, row1, seconds)``."""
+
+    tiles: list = dataclasses.field(default_factory=list)
+
+
+class DynamicEngine:
+    """One rank's blocks, its node peers' mapped blocks, the tile counters, and the product loop.
+
+    Collective over ``topo.comm`` (which must be one node), built and closed together.
+
+    Parameters
+    ----------
+    topo : Topology
+    backend : Backend
+    layout : Layout
+        The SUMMA blocks (each rank starts on its own).
+    choices : EngineChoices
+        The panel width each tile's GEMMs take along k, and the memory counted.
+    config : RunConfig
+    cuda_aware : bool
+    """
+
+    def __init__(self, topo, backend, layout: Layout, choices: EngineChoices, config: RunConfig,
+                 cuda_aware: bool) -> None:
+        self.topo, self.backend, self.layout, self.choices = topo, backend, layout, choices
+        self.dtype = numpy_dtype(config.dtype)
+        self.tf32, self.record_timeline = config.tf32, config.timeline
+        self.panel, self.panel_auto, self.prefetch, self.ring = choices.panel, choices.panel_auto, 0, 1
+        self.gemm_order, self.step_order = choices.gemm_order, choices.step_order
+        self.gemm_order_label = choices.gemm_order_label
+        self.device_bytes = choices.device_bytes
+        size, itemsize = topo.size, self.dtype.itemsize
+        shapes = [layout.local_shapes(rank) for rank in range(size)]
+        self.m_loc, self.n_loc = shapes[topo.rank]["C"]
+        #: Per rank: leading dimensions (A's columns, B's and C's rows, padded) and byte offsets.
+        self._ld_a = [padded(s["C"][0], itemsize) for s in shapes]
+        self._ld_bc = [padded(s["C"][1], itemsize) for s in shapes]
+        self._sizes = [(self._ld_a[r] * s["A"][1], s["B"][0] * self._ld_bc[r], s["C"][0] * self._ld_bc[r])
+                       for r, s in enumerate(shapes)]
+        #: Every rank's tiles (:func:`~hpcmm.planning.choices.tile_rows`), and the plan each tile runs (its owner's
+        #: SUMMA steps, in k order).
+        self.tiles = choices.tiles
+        self._steps = [self._owner_steps(rank) for rank in range(size)]
+        self.plan = self._steps[topo.rank]
+        #: Per rank: the GEMMs each of its tiles runs (its steps merged where they read the same blocks).
+        self._spans = [merged_spans(steps) for steps in self._steps]
+        #: The most times one element of C is stored in a product (a tile's GEMMs): the check's rounding model.
+        self.c_stores = max(len(spans) for spans in self._spans)
+        #: Records per product: any rank may compute every tile.
+        self.steps = choices.steps
+        self.closed = False
+        self.peers = self.counters = None
+        self.bytes_by_pair: collections.Counter = collections.Counter()
+        peer_cls, _ = select_paths(backend, cuda_aware)
+        with collective_setup(topo.comm, self.close):
+            self.peers = peer_cls(topo.comm, backend)
+            self._raw = self.peers.allocate(sum(self._sizes[topo.rank]) * itemsize)
+        with collective_setup(topo.comm, self.close):
+            # In the node's shared memory (dynamic runs on one node); a claim may still need its
+            # owner to enter MPI, which a busy owner does after every GEMM (_progress).
+            self.counters = MPI.Win.Allocate_shared(8, 8, comm=topo.comm)
+        self._views = [self._blocks(rank) for rank in range(size)]
+        self.A, self.B, self.C = self._views[topo.rank]
+        backend.poison(self.C)
+        backend.synchronize()
+        topo.comm.Barrier()
+
+    def __enter__(self) -> DynamicEngine:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if raised_everywhere(error):
+            self.close()
+
+    # -- set-up ---------------------------------------------------------------
+    def _owner_steps(self, rank: int):
+        """The SUMMA steps of ``rank``'s block in k order, at the plan's panel width (no ramp: nothing moves)."""
+        return rank_plan(self.layout, rank, self.panel, 0, own_order=False)
+
+    def _blocks(self, rank: int):
+        """``rank``'s A (column-major), B and C (row-major) as arrays of their logical shapes."""
+        nbytes = sum(self._sizes[rank]) * self.dtype.itemsize
+        raw = self._raw if rank == self.topo.rank else self.peers.view(rank, nbytes)
+        flat = raw.view(self.dtype)
+        a_size, b_size, c_size = self._sizes[rank]
+        shapes = self.layout.local_shapes(rank)
+        (m_loc, k_a), (k_b, n_loc) = shapes["A"], shapes["B"]
+        ld_a, ld_bc = self._ld_a[rank], self._ld_bc[rank]
+        a = flat[:a_size].reshape((ld_a, k_a), order="F")[:m_loc]
+        b = flat[a_size:a_size + b_size].reshape((k_b, ld_bc))[:, :n_loc]
+        c = flat[a_size + b_size:a_size + b_size + c_size].reshape((m_loc, ld_bc))[:, :n_loc]
+        return a, b, c
+
+    def needed_bytes(self) -> int:
+        """This rank's blocks on its device (no ring: no panel moves)."""
+        return self.choices.needed_bytes
+
+    def load(self, a_host: np.ndarray, b_host: np.ndarray) -> None:
+        """Copy this rank's blocks in (host arrays of the block shapes), then align the ranks."""
+        copy_in(self.backend, self.A, a_host, self.dtype, axis=1)
+        copy_in(self.backend, self.B, b_host, self.dtype, axis=0)
+        self.backend.synchronize()
+        self.topo.comm.Barrier()
+
+    # -- the product ----------------------------------------------------------
+    def _progress(self) -> None:
+        """Let MPI serve the other ranks' claims on this rank's counter.
+
+        MPI's one-sided atomics on a node may need the target to enter MPI (no asynchronous
+        progress without a helper thread): a rank busy multiplying calls in after every GEMM, so
+        that a rank that ran out of work waits one GEMM at most for its claim.
+        """
+        self.topo.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+
+    def _claim(self, owner: int, one: np.ndarray, got: np.ndarray) -> int:
+        """The next unclaimed tile of ``owner`` (one past its last once all are taken)."""
+        self.counters.Lock(owner, MPI.LOCK_SHARED)
+        self.counters.Fetch_and_op(one, got, owner, 0, MPI.SUM)
+        self.counters.Unlock(owner)
+        return int(got[0])
+
+    def _tile(self, owner: int, row0: int, row1: int, stream) -> None:
+        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, one GEMM per merged step; counts the bytes read
+        from other ranks' blocks (:attr:`bytes_by_pair`)."""
+        grid = self.layout.grid
+        row, col = grid.coords(owner)
+        c = self._views[owner][2][row0:row1]
+        for s, span in enumerate(self._spans[owner]):
+            a_owner, b_owner = grid.rank(row, span.a_root), grid.rank(span.b_root, col)
+            a = self._views[a_owner][0][row0:row1, span.a_offset:span.a_offset + span.width]
+            b = self._views[b_owner][1][span.b_offset:span.b_offset + span.width]
+            self.backend.gemm(a, b, c, accumulate=s > 0, stream=stream, tf32=self.tf32)
+            self._progress()
+            for source, part in ((a_owner, a), (b_owner, b)):
+                if source != self.topo.rank:
+                    self.bytes_by_pair[(source, self.topo.rank, self.peers.path)] += part.nbytes
+
+    def multiply(self) -> DynamicTimes:
+        """One product ``C = A·B`` over the node: own tiles first, then the others' unclaimed ones."""
+        backend, comm, me = self.backend, self.topo.comm, self.topo.rank
+        stream = backend.compute_stream
+        self.bytes_by_pair.clear()
+        zero = np.zeros(1, dtype=np.int64)
+        self.counters.Lock(me, MPI.LOCK_EXCLUSIVE)
+        self.counters.Put(zero, me, 0)
+        self.counters.Unlock(me)
+        comm.Barrier()  # every counter is 0, and the last product's tiles are written
+        start = perf_counter()
+        product_start = backend.event(stream)
+        one, got = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        done = []  # (owner, tile, start event, end event)
+        size = comm.Get_size()
+        for owner in [(me + shift) % size for shift in range(size)]:
+            tiles = self.tiles[owner]
+            while True:
+                # A GPU runs behind its host: claim a tile only once at most one queued tile is left,
+                # so that the tiles go to the ranks whose device is free, not whose host is fast.
+                while len(done) >= QUEUED_TILES and not backend.event_done(done[-QUEUED_TILES][3]):
+                    self._progress()
+                index = self._claim(owner, one, got)
+                if index >= len(tiles):
+                    break
+                begin = backend.event(stream)
+                self._tile(owner, *tiles[index], stream)
+                done.append((owner, index, begin, backend.event(stream)))
+        product_end = backend.event(stream)
+        backend.synchronize()
+        comm.Barrier()  # every tile of every block is written
+        return self._times(product_start, product_end, done, start)
+
+    def _times(self, product_start, product_end, done, start: float) -> DynamicTimes:
+        elapsed = self.backend.elapsed
+        steps = np.zeros((self.steps, 3))
+        host = np.zeros(self.steps)
+        rows, tiles, previous = [], [], 0.0
+        for i, (owner, index, begin, end) in enumerate(done):
+            t0, t1 = elapsed(product_start, begin), elapsed(product_start, end)
+            steps[i, 0] = t1 - t0
+            host[i] = max(0.0, t0 - previous)
+            previous = t1
+            row0, row1 = self.tiles[owner][index]
+            tiles.append((owner, index, row0, row1, t1 - t0))
+            if self.record_timeline:
+                rows.append((0, 0, i, t0, t1))
+        timeline = np.array(rows, dtype=np.float64).reshape(-1, 5) if self.record_timeline else None
+        return DynamicTimes(elapsed(product_start, product_end), steps, timeline, start, host, tiles)
+
+    # -- tear-down ------------------------------------------------------------
+    def close(self) -> None:
+        """Collective: the counters' window, then the mapped blocks."""
+        if self.closed:
+            return
+        self.closed = True
+        self.backend.synchronize()
+        self.backend.forget_gemm_plans()
+        self._views = []
+        self.A = self.B = self.C = None
+        if self.counters is not None:
+            self.counters.Free()
+            self.counters = None
+        if self.peers is not None:
+            self.peers.close()
+            self.peers = None

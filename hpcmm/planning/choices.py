@@ -1,0 +1,458 @@
+"""What an engine carries out, decided before it is built: panel, prefetch, orders, steps, memory.
+
+The planning step of one product.  :func:`summa_choices` (a SUMMA grid) and
+:func:`layered_choices` (2.5D layers) turn the settings and the facts of the
+ranks into an :class:`EngineChoices`; the engines
+(:class:`~hpcmm.execution.engine.Engine`, :class:`~hpcmm.execution.layered.LayeredEngine`) take it
+and decide nothing.  Each field comes from one rule:
+
+=============  ==========================================================  ==================================
+field          rule                                                        where its evidence is
+=============  ==========================================================  ==================================
+``prefetch``   :func:`~hpcmm.planning.algorithms.prefetch_of`                       docs/performance.md, "How to tune"
+``gemm_order`` :func:`~hpcmm.planning.gemm_orders.gemm_order`                       docs/performance.md
+``panel``      :func:`~hpcmm.planning.algorithms.panel_candidates`, first that fits docs/performance.md
+``step_order`` :func:`~hpcmm.planning.algorithms.step_order`                        docs/design.md
+``rank_steps`` :func:`~hpcmm.planning.algorithms.rank_plan`                         docs/design.md
+``needed``     :func:`memory_needed` (+ the 2.5D reduction's scratch)      docs/design.md, "Memory"
+=============  ==========================================================  ==================================
+
+Every function here is collective over the ranks it is given and returns the
+same verdict on every rank (the per-rank figures aside); a problem that does
+not fit, or a panel wider than k, is an :class:`~hpcmm.errors.InputError` on
+every rank before any buffer exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mpi4py import MPI
+
+from .algorithms import Step, panel_candidates, prefetch_of, rank_plan, ring_depth, step_order
+from .algorithms.layers import LayeredLayout, Layers
+from .balance import ranks_per_device
+from ..config import RunConfig
+from ..dtypes import numpy_dtype
+from ..errors import InputError, agree
+from .gemm_orders import gemm_order, label, scratch_slots
+from .grid_orientation import facing
+from ..geometry.layout import Grid, Layout, padded
+from ..execution.topology import choose_grid
+from ..execution.transport.reduce import scratch_bytes
+from ..verify import VERIFY_CHUNK_BYTES, VERIFY_COPIES
+
+__all__ = [
+    "EngineChoices", "channel_slots", "check_memory", "device_need", "gpus_shared", "largest_fitting",
+    "layered_choices", "memory_needed", "memory_parts", "scaled", "summa_choices", "tile_rows",
+    "widest_fitting", "working_bytes"
+]
+
+
+#: The fewest rows of a dynamic tile: narrower tiles leave the GEMM too little work (GPU, CPU).
+LEAST_TILE_ROWS = {True: 256, False: 32}
+#: Dynamic tiles per rank where its block has rows enough: enough to even out a rank at half speed.
+TILES_PER_RANK = 8
+
+
+def tile_rows(rows: int, on_gpu: bool) -> tuple[tuple[int, int], ...]:
+    """The row ranges of one C block's tiles for ``--balance dynamic`` (:mod:`hpcmm.execution.dynamic`): up to
+    :data:`TILES_PER_RANK`, none under :data:`LEAST_TILE_ROWS` rows (one tile where the block is smaller).
+
+    >>> tile_rows(1000, on_gpu=False)[:3], len(tile_rows(1000, on_gpu=False))
+    (((0, 125), (125, 250), (250, 375)), 8)
+    >>> tile_rows(300, on_gpu=True), tile_rows(0, on_gpu=True)
+    (((0, 300),), ())
+    """
+    if rows <= 0:
+        return ()
+    count = max(1, min(TILES_PER_RANK, rows // LEAST_TILE_ROWS[on_gpu]))
+    cuts = [rows * i // count for i in range(count + 1)]
+    return tuple(zip(cuts[:-1], cuts[1:]))
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineChoices:
+    """Everything an engine runs by, made before it is built (one rank's view; see the module's table)."""
+
+    #: Panel width (columns of k per step), and whether the rule chose it (``--panel`` unset).
+    panel: int
+    panel_auto: bool
+    #: Panels in flight ahead of the GEMM.
+    prefetch: int
+    #: The GEMM's operand orders, A's then B's (``"FC"``: as they travel).
+    gemm_order: str
+    #: ``own-first`` or ``common``.
+    step_order: str
+    #: This rank's steps, and the most steps any rank runs (every rank's step records are that long).
+    rank_steps: tuple[Step, ...]
+    steps: int
+    #: This rank's device bytes, and those of every rank on its device together (what the check compared).
+    needed_bytes: int
+    device_bytes: int
+    #: Panel slots per operand for a channel with other members (:func:`~hpcmm.planning.algorithms.ring_depth`).
+    slots: int
+    #: Of ``needed_bytes``, the operands' blocks (the rest: rings and scratch); the device's free bytes
+    #: when the check ran.
+    operand_bytes: int = 0
+    free_bytes: int = 0
+    #: ``--balance dynamic``: every rank's C tiles (row ranges of its block); empty otherwise.
+    tiles: tuple = ()
+
+    @property
+    def ring(self) -> int:
+        """The engine's own ring: which GEMM last read each panel slot (a channel may keep more)."""
+        return self.prefetch + 1
+
+    @property
+    def gemm_order_label(self) -> str:
+        """The operand orders as files name them, e.g. ``A:C B:F``."""
+        return label(self.gemm_order)
+
+
+#: The most bytes of a block that :meth:`~hpcmm.execution.engine.Engine.load` moves to the device at once.
+LOAD_PIECE_BYTES = 256 << 20
+#: Device bytes of the GEMM libraries beside hpcmm's own allocations: cuBLAS's handle, workspace
+#: and the kernels it loads took 82 MiB on an H200 after a first float64 and float32 product
+#: (benchmarks/results/2026-12-02/memory-gpu.json); the rest is room for cuBLASLt's workspace.
+GEMM_LIBRARY_BYTES = 256 << 20
+
+
+def working_bytes(layout: Layout, rank: int, itemsize: int) -> int:
+    """Device bytes a rank takes beside its blocks and buffers while it runs (on a GPU).
+
+    One piece of a block on its way in (:data:`LOAD_PIECE_BYTES`, or one line where a line is more),
+    the verification's row chunks (:data:`~hpcmm.verify.VERIFY_CHUNK_BYTES`, each widened to
+    float64 or complex128, :data:`~hpcmm.verify.VERIFY_COPIES` of them at once), and the GEMM
+    libraries' own (:data:`GEMM_LIBRARY_BYTES`).  Without them a problem the check accepted at the
+    edge of the device failed on its first block.
+
+    >>> working_bytes(Layout(100, 100, 100, Grid(1, 1)), 0, 8) == (256 + 3 * 64 + 256) << 20
+    True
+    """
+    # A line of a piece or a chunk runs along a block's rows or its columns: the longest extent bounds both.
+    widest = max((extent for shape in layout.local_shapes(rank).values() for extent in shape), default=0)
+    load = max(LOAD_PIECE_BYTES, padded(widest, itemsize) * itemsize)
+    check = VERIFY_COPIES * max(VERIFY_CHUNK_BYTES, widest * 16)
+    return load + check + GEMM_LIBRARY_BYTES
+
+
+def memory_needed(layout: Layout, rank: int, itemsize: int, panel: int, ring,
+                  relayout: tuple[int, int] = (0, 0), on_gpu: bool = False) -> int:
+    """Bytes one rank's blocks, panel ring and re-layout scratch take on its device.
+
+    ``ring`` is the slots per operand, :func:`~hpcmm.planning.algorithms.ring_depth`,
+    kept only for an operand whose channel has other members (A along the
+    grid's rows, B down its columns): a rank alone in a channel multiplies
+    its own panels where they lie and receives nothing.
+    ``relayout`` the scratch slots of A's and B's panels (the engine's ring
+    where the GEMM takes that operand in the other order, else 0).  Every
+    stored column of A and row of B and C is padded
+    (:func:`~hpcmm.geometry.layout.padded`), and so are the re-layout scratch's (to
+    the panel's width padded).  ``on_gpu``: add what the rank takes beside them while it runs
+    (:func:`working_bytes`).
+    """
+    return sum(memory_parts(layout, rank, itemsize, panel, ring, relayout, on_gpu))
+
+
+def memory_parts(layout: Layout, rank: int, itemsize: int, panel: int, ring,
+                 relayout: tuple[int, int] = (0, 0), on_gpu: bool = False) -> tuple[int, int]:
+    """:func:`memory_needed` in two: the operands' blocks (A, B, C, padded), and the buffers (ring,
+    scratch, and on a GPU :func:`working_bytes`).
+
+    ``ring`` as :func:`memory_needed` takes it, or ``(A's slots, B's slots)`` as the rank's two
+    channels keep them (:func:`channel_slots`).
+    """
+    shapes = layout.local_shapes(rank)
+    (m_loc, k_a), (k_b, n_loc) = shapes["A"], shapes["B"]
+    ld_a, ld_bc, ld_panel = (padded(extent, itemsize) for extent in (m_loc, n_loc, panel))
+    blocks = ld_a * k_a + k_b * ld_bc + m_loc * ld_bc
+    ring_a, ring_b = ring if isinstance(ring, tuple) else (ring * (layout.grid.cols > 1), ring * (layout.grid.rows > 1))
+    slots = panel * (ring_a * ld_a + ring_b * ld_bc)
+    scratch = ld_panel * (relayout[0] * m_loc + relayout[1] * n_loc)
+    working = working_bytes(layout, rank, itemsize) if on_gpu else 0
+    return blocks * itemsize, (slots + scratch) * itemsize + working
+
+
+def device_need(needs, device) -> tuple[int, int]:
+    """How many ranks share ``device``, and the bytes they need together.
+
+    ``needs`` holds ``(device, bytes)`` of every rank of a node.  With weighted
+    blocks the ranks of one device need different amounts: the sum must fit.
+
+    Examples
+    --------
+    >>> device_need([(0, 10), (1, 5), (0, 7)], 0)
+    (2, 17)
+    """
+    together = [need for where, need in needs if where == device]
+    return len(together), sum(together)
+
+
+def _on_this_device(topo, backend, needs: list[int]) -> tuple[list[int], list[int], int]:
+    """Collective over the node: the ranks (in ``topo.comm``) on this rank's device, each of
+    ``needs`` summed over them (:func:`device_need`), and the bytes the device has free.
+
+    ``needs`` holds this rank's bytes for each of several choices (one or more), the same count on
+    every rank.  On the CPU every rank of the node shares the host's memory.
+    """
+    device = backend.device_id if backend.on_gpu else None
+    backend.memory_info()  # this rank's CUDA context exists from here on: every rank's, after the gather
+    gathered = topo.node_comm.allgather((device, needs, topo.rank))
+    mates = [rank for where, _, rank in gathered if where == device]
+    totals = [device_need([(where, need[i]) for where, need, _ in gathered], device)[1] for i in range(len(needs))]
+    return mates, totals, _least_free(topo, backend, device)
+
+
+def _least_free(topo, backend, device) -> int:
+    """Collective over the node: the bytes ``device`` has free, the least that any of its ranks sees.
+
+    Called once every rank of the node holds its context, so that none counts the memory of a
+    neighbour's context, still being made, as free; the least, so that the ranks of a device agree.
+    """
+    free, _ = backend.memory_info()
+    return min(seen for where, seen in topo.node_comm.allgather((device, free)) if where == device)
+
+
+def check_memory(topo, backend, needed: int, problem: str, need_at=None, shape=None) -> tuple[int, int]:
+    """Collective: refuse a problem whose ranks on one device need more than it has free.
+
+    Ranks that share a device share its memory, and with weighted blocks or
+    2.5D layers they need different amounts: the sum of their ``needed``
+    bytes must fit (on the CPU every rank of the node shares the host's
+    memory).  ``problem`` starts the message.  Returns that sum for this
+    rank's device, and the bytes it had free.
+
+    ``need_at(rank, m, n, k)``, with ``shape`` the problem's ``(m, n, k)``:
+    a rank's bytes at another size of the same layout; the refusal then
+    names the largest problem of that shape (``m:n:k`` kept) that fits
+    every device (:func:`largest_fitting`).
+    """
+    mates, (total,), free = _on_this_device(topo, backend, [needed])
+    ranks = len(mates)
+    where = "device" if backend.on_gpu else "host"
+    largest = None
+    if need_at is not None:
+        scale = largest_fitting(lambda m, n, k: sum(need_at(rank, m, n, k) for rank in mates), shape, free)
+        scale = topo.comm.allreduce(scale, op=MPI.MIN)  # the same figure on every rank
+        largest = scaled(shape, scale)
+    err = None
+    if total > free:
+        fits = "" if largest is None else (
+            "; nothing of this shape fits" if min(largest) < 1 else
+            f"; the largest of this shape that fits: m={largest[0]}, n={largest[1]}, k={largest[2]}")
+        err = InputError(f"{problem} does not fit: {ranks} rank(s) per {where} need {total / 2**30:.2f} GiB of "
+                         f"{where} memory, {free / 2**30:.2f} GiB available{fits}")
+    agree(topo.comm, err)
+    return total, free
+
+
+def scaled(shape: tuple[int, int, int], scale: float) -> tuple[int, int, int]:
+    """``shape`` times ``scale``, each extent rounded down.
+
+    >>> scaled((1000, 500, 10), 0.5)
+    (500, 250, 5)
+    """
+    return tuple(int(extent * scale) for extent in shape)
+
+
+def largest_fitting(total_at, shape: tuple[int, int, int], free: int) -> float:
+    """The largest ``scale`` ≤ 1 at which ``total_at(*scaled(shape, scale))`` fits in ``free`` bytes.
+
+    A bisection over ``scale`` (the bytes grow with every extent), to a
+    thousandth of an element of the longest extent; 1.0 where the problem
+    itself fits, 0.0 where not even one element does.
+    """
+    if total_at(*shape) <= free:
+        return 1.0
+    low, high = 0.0, 1.0
+    while (high - low) * max(shape) > 1e-3:
+        middle = (low + high) / 2
+        candidate = scaled(shape, middle)
+        if min(candidate) >= 1 and total_at(*candidate) <= free:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def gpus_shared(topo, backend) -> bool:
+    """Collective: whether any GPU of the job holds several ranks (the same answer on every rank).
+
+    The panel rule narrows there (:func:`~hpcmm.planning.algorithms.auto_panel`); every
+    rank must take the same width, so one shared GPU anywhere decides for all.
+    """
+    if not backend.on_gpu:
+        return False
+    busiest = max(ranks_per_device(topo.node_comm.allgather(backend.device_id)))
+    return max(topo.comm.allgather(busiest)) > 1
+
+
+def widest_fitting(topo, backend, widths: list[int], needed) -> int:
+    """Collective: the first of ``widths`` (widest first) at which every device holds what its ranks need.
+
+    ``needed(width)`` is this rank's bytes at that width.  Every rank gets the
+    same width (the narrowest that some device needs); where none fits, the
+    last, and :func:`check_memory` then refuses the problem with its figures.
+    One width needs no collective: every rank has the same list.
+    """
+    if len(widths) == 1:
+        return widths[0]
+    _, totals, free = _on_this_device(topo, backend, [needed(width) for width in widths])
+    first = next((i for i, total in enumerate(totals) if total <= free), len(widths) - 1)
+    return widths[max(topo.comm.allgather(first))]
+
+
+def channel_slots(prefetch: int, row_vnodes, col_vnodes) -> tuple[int, int]:
+    """The panel slots of a rank's A channel (its grid row) and B channel (its grid column).
+
+    ``row_vnodes`` and ``col_vnodes``: the (virtual) node of every member of each.  A rank alone in
+    its channel receives nothing and keeps no slot; a channel that spans nodes keeps at least two
+    (:func:`~hpcmm.planning.algorithms.ring_depth`), as :class:`~hpcmm.execution.transport.PanelChannel` allocates them.
+
+    >>> channel_slots(0, [0, 0], [0, 1]), channel_slots(2, [0], [0, 0])
+    ((1, 2), (0, 3))
+    """
+    return tuple(ring_depth(prefetch, spans_nodes=len(set(vnodes)) > 1) if len(vnodes) > 1 else 0
+                 for vnodes in (row_vnodes, col_vnodes))
+
+
+def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineChoices:
+    """Collective over ``topo``: the choices of a SUMMA engine on ``layout``, its memory checked.
+
+    ``config.panel`` ``None``: the widest of :func:`~hpcmm.planning.algorithms.panel_candidates`
+    whose rings fit every device (:func:`widest_fitting`).
+
+    Raises
+    ------
+    InputError
+        On every rank: a panel wider than k, or blocks and panels that do not fit.
+    """
+    itemsize = numpy_dtype(config.dtype).itemsize
+    prefetch = prefetch_of(config, backend.on_gpu)
+    order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
+    slots = ring_depth(prefetch, spans_nodes=topo.vnode_count > 1)
+    operand_slots = channel_slots(prefetch, topo.row_comm.allgather(topo.vnode), topo.col_comm.allgather(topo.vnode))
+    relayout = scratch_slots(order, prefetch + 1)
+    if config.balance == "dynamic":  # hpcmm.execution.dynamic: GEMMs read the owners' blocks, as stored; nothing moves
+        if topo.vnode_count > 1:  # the same verdict on every rank
+            raise InputError("--balance dynamic: the ranks span several nodes; it balances the ranks of one "
+                             "node (use share, measured or product)")
+        prefetch, order, slots, operand_slots, relayout = 0, "FC", 1, (0, 0), (0, 0)
+
+    def needed(width: int) -> int:
+        return memory_needed(layout, topo.rank, itemsize, width, operand_slots, relayout, backend.on_gpu)
+
+    panel = config.panel
+    if panel is None:  # the default width, or a narrower one where its panel ring would not fit
+        widths = panel_candidates([layout], itemsize, backend.on_gpu, shared=gpus_shared(topo, backend))
+        panel = widest_fitting(topo, backend, widths, needed)
+    if panel > layout.k:  # the same verdict on every rank
+        agree(topo.comm, InputError(f"{config.origin('panel')}={panel}: wider than k={layout.k}"))
+    # The memory check before the steps: a huge k must be refused, not planned step by step.
+    slots_of = dict(topo.node_comm.allgather((topo.rank, operand_slots)))  # the ranks that may share a device
+
+    def need_at(rank: int, m: int, n: int, k: int) -> int:  # at another size, with the same grid and weights
+        other = dataclasses.replace(layout, m=m, n=n, k=k)
+        return memory_needed(other, rank, itemsize, min(panel, k), slots_of[rank], relayout, backend.on_gpu)
+
+    device_bytes, free = check_memory(
+        topo, backend, needed(panel), f"problem m={layout.m}, n={layout.n}, k={layout.k} {numpy_dtype(config.dtype).name}",
+        need_at, (layout.m, layout.n, layout.k))
+    # own-first where every panel is a one-sided pull (one node); common where broadcasts need one order.
+    order_of_steps = step_order(config.step_order, topo.vnode_count)
+    steps = tuple(rank_plan(layout, topo.rank, panel, prefetch, own_order=order_of_steps == "own-first"))
+    tiles, most_steps = (), max(topo.comm.allgather(len(steps)))
+    if config.balance == "dynamic":  # any rank may compute every tile: that many records per product
+        c_shapes = [layout.local_shapes(rank)["C"] for rank in range(topo.size)]
+        tiles = tuple(tile_rows(rows, backend.on_gpu) if cols else () for rows, cols in c_shapes)
+        most_steps = max(1, sum(len(t) for t in tiles))
+    return EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
+                         step_order=order_of_steps, rank_steps=steps, steps=most_steps, needed_bytes=needed(panel),
+                         device_bytes=device_bytes, slots=slots,
+                         operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, operand_slots, relayout)[0],
+                         free_bytes=int(free), tiles=tiles)
+
+
+def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int],
+                    layers: Layers) -> tuple[Grid, LayeredLayout, EngineChoices]:
+    """Collective over ``topo`` (all ranks, launch order): the 2.5D layers' grid, layout and choices.
+
+    Each layer's grid faces as a summa run's on the same nodes
+    (:func:`~hpcmm.planning.grid_orientation.facing`), so that one layer is summa block
+    for block; every layer takes the same panel width (the widest the rule
+    gives any layer, no wider than the shallowest layer's k), so that their
+    step records line up.  A rank's bytes add the fiber reduction's scratch.
+
+    Raises
+    ------
+    InputError
+        On every rank: a panel wider than a layer's k, or what does not fit.
+    """
+    m, n, k = shape
+    dtype = numpy_dtype(config.dtype)
+    shared = gpus_shared(topo, backend)
+    face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, topo.vnode_count, shared,
+                  layers.layer_size, n)
+    grid = choose_grid(layers.layer_size, None, face)
+    layout = LayeredLayout(m, n, k, layers, grid)
+    layer, layer_rank = layers.layer(topo.rank), layers.layer_rank(topo.rank)
+    prefetch = prefetch_of(config, backend.on_gpu)
+    order = gemm_order(config.dtype, config.tf32, backend.on_gpu, config.gemm_order)
+    # A layer's channels span nodes when the job has several (its ranks are one per node at most q).
+    slots = ring_depth(prefetch, spans_nodes=len(layers.nodes) > 1)
+    # The layer grid's row and column of this rank (row-major over the layer's ranks) and their nodes.
+    vnodes = topo.comm.allgather(topo.vnode)
+
+    def slots_for(rank: int) -> tuple[int, int]:
+        members = layers.members(layers.layer(rank))
+        row, col = divmod(layers.layer_rank(rank), grid.cols)
+        return channel_slots(prefetch, [vnodes[r] for r in members[row * grid.cols:(row + 1) * grid.cols]],
+                             [vnodes[r] for r in members[col::grid.cols]])
+
+    operand_slots = slots_for(topo.rank)
+    relayout = scratch_slots(order, prefetch + 1)
+    fiber = layers.fiber(topo.rank)
+    reduction = scratch_bytes(layout.local_shapes_partial(topo.rank), layers.count, fiber.index(topo.rank),
+                              dtype.itemsize)
+    layer_layouts = [layout.layer_layout(index) for index in range(layers.count)]
+
+    def needed(width: int) -> int:
+        # The partial C is the layer engine's C block (memory_needed counts it), allocated by the reduction.
+        return memory_needed(layer_layouts[layer], layer_rank, dtype.itemsize, width, operand_slots,
+                             relayout, backend.on_gpu) + reduction
+
+    panel = config.panel
+    if panel is None:
+        panel = widest_fitting(topo, backend, panel_candidates(layer_layouts, dtype.itemsize, backend.on_gpu,
+                                                               shared=shared), needed)
+    narrowest = min(layer_layout.k for layer_layout in layer_layouts)
+    if panel > narrowest:  # the same verdict on every rank
+        agree(topo.comm, InputError(
+            f"{config.origin('panel')}={panel}: wider than the k of a 2.5d layer (k={k} over "
+            f"{layers.count} layers: {narrowest} for the narrowest)"))
+    def need_at(rank: int, m: int, n: int, k: int) -> int:  # at another size, with the same layers
+        if k < layers.count:  # a layer would have no k of its own: never a problem that runs
+            return 1 << 62
+        other = LayeredLayout(m, n, k, layers, grid)
+        partial = scratch_bytes(other.local_shapes_partial(rank), layers.count, layers.fiber(rank).index(rank),
+                                dtype.itemsize)
+        return memory_needed(other.layer_layout(layers.layer(rank)), layers.layer_rank(rank), dtype.itemsize,
+                             min(panel, max(k // layers.count, 1)), slots_for(rank), relayout,
+                             backend.on_gpu) + partial
+
+    device_bytes, free = check_memory(topo, backend, needed(panel),
+                                      f"problem m={m}, n={n}, k={k} {dtype.name} with {layers.count} layers",
+                                      need_at, shape)
+    # The layers' topologies span the job's nodes: one node, one-sided pulls; several, broadcasts.
+    order_of_steps = step_order(config.step_order, topo.vnode_count)
+    steps = tuple(rank_plan(layer_layouts[layer], layer_rank, panel, prefetch,
+                            own_order=order_of_steps == "own-first"))
+    choices = EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
+                            step_order=order_of_steps, rank_steps=steps,
+                            steps=topo.comm.allreduce(len(steps), op=MPI.MAX), needed_bytes=needed(panel),
+                            device_bytes=device_bytes, slots=slots,
+                            operand_bytes=memory_parts(layer_layouts[layer], layer_rank, dtype.itemsize, panel,
+                                                       operand_slots, relayout)[0],
+                            free_bytes=int(free))
+    return grid, layout, choices
