@@ -29,8 +29,8 @@ from time import perf_counter
 import numpy as np
 from mpi4py import MPI
 
-from .planning.assemble import Semantics, assembled
-from .config import DTYPES
+from .config import DTYPES, RunConfig
+from .planning.assemble import Assembly, Semantics, assembled
 from .geometry.distribution import OPERANDS, Layout
 from .dtypes import numpy_dtype
 from .execution.engine import copy_in
@@ -58,6 +58,9 @@ class ExecuteTimes:
     #: node a clock that the ranks share, so the job's call and product windows can be compared.
     start: float = 0.0
     product_start: float = 0.0
+    #: The engine's record of the product (per-step seconds, timeline, tiles): what the command line
+    #: keeps of every timed product.
+    product: object = dataclasses.field(default=None, repr=False)
 
     @property
     def host_seconds(self) -> float:
@@ -128,8 +131,42 @@ class Matmul:
                 _check_layout(layout, self._stored_shapes(), comm.Get_size())
             self._caller_layout = layout
         self._comm = comm.Dup()
+        self._shape_from = None
+        self._progress = None
         self.plan_seconds = None
         self.last: ExecuteTimes | None = None
+
+    @classmethod
+    def from_config(cls, comm, config: RunConfig, *, shape: tuple[int, int, int] | None = None,
+                    progress=None) -> Matmul:
+        """A Matmul for a command line's whole :class:`~hpcmm.config.RunConfig` (what ``run`` multiplies).
+
+        ``shape``: ``(m, n, k)`` where the sizes come from elsewhere (input files); else
+        ``config``'s, where unset the device's default (known once :meth:`plan` has found it).
+        ``progress``: called with the planner's messages (hints on shared GPUs, the awareness note).
+        """
+        self = cls.__new__(cls)
+        self._comm = None
+        self._stack = contextlib.ExitStack()
+        self._parts = None
+        self._plan = None
+        with collective(comm):
+            sizes = shape if shape is not None else tuple(v or 1 for v in (config.m, config.n, config.k))
+            self.dtype = numpy_dtype(_check_problem(*sizes, config.dtype, config.alpha, config.beta, config.op_a,
+                                                    config.op_b))
+        self.m, self.n, self.k = sizes
+        self.alpha, self.beta, self.op_a, self.op_b = config.alpha, config.beta, config.op_a, config.op_b
+        self.options = None
+        self._config = config
+        self._caller_layout = None
+        self._comm = comm.Dup()
+        # The sizes are final once the device is known: a file's, the given ones, or the device's default.
+        self._shape_from = (lambda backend, cfg: (cfg, tuple(shape))) if shape is not None else (
+            lambda backend, cfg: _default_shape(cfg.with_default_size(backend.on_gpu)))
+        self._progress = progress
+        self.plan_seconds = None
+        self.last = None
+        return self
 
     # -- context --------------------------------------------------------------
     def __enter__(self) -> Matmul:
@@ -167,11 +204,12 @@ class Matmul:
             return config, (self.m, self.n, self.k)
 
         semantics = Semantics(self.alpha, self.beta, self.op_a, self.op_b)
+        say = self._progress if self._progress is not None else (lambda message: None)
         parts = self._stack.enter_context(assembled(
-            comm, config, shape_from, _fill_for_timing, semantics=semantics,
-            layers_refused="the library runs SUMMA; 2.5d is the command line's (--algo)"))
+            comm, config, self._shape_from or shape_from, _fill_for_timing, say, semantics=semantics))
         try:
             plan, engine = parts.plan, parts.engine
+            self.m, self.n, self.k = parts.shape
             engine_rank = comm.allgather(engine.topo.rank)
             blocks = {name: tuple(getattr(engine.layout, f"{name.lower()}_block")(engine_rank[r])
                                   for r in range(comm.Get_size())) for name in OPERANDS}
@@ -188,9 +226,16 @@ class Matmul:
             self._stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
         self._parts, self._engine, self._backend = parts, engine, parts.backend
+        self._config = parts.config
         self.plan_seconds = comm.allreduce(MPI.Wtime() - start, op=MPI.MAX)
         self._plan = dataclasses.replace(plan, layout=self.layout)
         return self._plan
+
+    @property
+    def assembly(self) -> Assembly:
+        """What :meth:`plan` built (placement, arrangement, algorithm, engine): the command line's records read it."""
+        self.plan()
+        return self._parts
 
     # -- execute --------------------------------------------------------------
     def _caller(self) -> Layout:
@@ -236,6 +281,9 @@ class Matmul:
                 if value is None:
                     continue
                 operands[name] = view(name, value)
+                if _same_block(operands[name].array, self._own[name]):
+                    operands[name].array = self._own[name]  # hpcmm's own block (op(A), op(B), C): read in place
+                    continue
                 check(operands[name], caller.local_shape(name, rank), self.dtype, device, writable=name == "C")
             if self.beta != 0 and c is None:
                 raise InputError(f"beta={self.beta}: β ≠ 0 reads C, so execute() needs c")
@@ -271,7 +319,7 @@ class Matmul:
         else:
             result = self._result(c_operand, counted)
         self.last = ExecuteTimes(perf_counter() - start, float(times.seconds), counted["copied"], counted["moved"],
-                                 start, float(times.start))
+                                 start, float(times.start), times)
         return c if c is not None else result
 
     def _fill(self, name: str, op: str, operand, counted: dict) -> None:
@@ -358,6 +406,21 @@ def _check_layout(layout, shapes: dict, size: int) -> None:
         if tuple(layout.shapes[name]) != tuple(shapes[name]):
             raise InputError(f"layout holds {name} as {layout.shapes[name]}: the product stores {name} as "
                              f"{shapes[name]}")
+
+
+def _same_block(x, own) -> bool:
+    """Whether ``x`` is hpcmm's block ``own`` itself: the same memory, shape and strides (a new view of it counts)."""
+    if x is own:
+        return True
+    if type(x) is not type(own) or x.shape != own.shape or x.strides != own.strides:
+        return False
+    if isinstance(x, np.ndarray):
+        return x.__array_interface__["data"][0] == own.__array_interface__["data"][0]
+    return x.data.ptr == own.data.ptr  # cupy
+
+
+def _default_shape(config: RunConfig) -> tuple[RunConfig, tuple[int, int, int]]:
+    return config, (config.m, config.n, config.k)
 
 
 def _fill_for_timing(engine) -> None:

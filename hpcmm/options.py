@@ -30,6 +30,10 @@ class MatmulOptions:
 
     Attributes
     ----------
+    algo : {"summa", "2.5d:C", "auto"}
+        The algorithm; ``2.5d`` and ``auto`` ask the cost model (``machine``), ``summa`` never does.
+    machine : str
+        The machine description of ``algo="auto"`` or ``2.5d`` (a built-in name or a JSON file).
     device : {"auto", "gpu", "cpu"}
     grid : (int, int)
         The SUMMA process grid; default: the planner's.
@@ -55,6 +59,8 @@ class MatmulOptions:
         Seed of the untimed data ``balance="product"`` measures with.
     """
 
+    algo: str | None = None
+    machine: str | None = None
     device: str | None = None
     grid: tuple[int, int] | None = None
     panel: int | None = None
@@ -79,8 +85,6 @@ class MatmulOptions:
             A bad value, named by its option (or its ``HPCMM_*`` variable).
         """
         values = settings_from_environment(os.environ if environ is None else environ)
-        # The library plans the algorithm itself (SUMMA); HPCMM_ALGO is the command line's.
-        values.pop("algo", None)
         from_environment = set(values)
         values.setdefault("timeline", False)  # the library's default: nothing reads a timeline there
         for field in dataclasses.fields(self):

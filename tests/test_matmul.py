@@ -170,29 +170,25 @@ def test_a_rank_given_another_setting_fails_every_rank_with_one_line(tmp_path, f
 @pytest.mark.parametrize("verify", ["freivalds", "full"])
 @pytest.mark.parametrize("wrong", ["beta ignored", "alpha ignored"])
 def test_the_check_catches_a_wrong_alpha_or_beta(monkeypatch, verify, wrong):
-    """The check of ``run`` judges C against α·A·B + β·C₀ of the blocks as loaded: a C that left α or β out
-    fails it.  (How the blocks are loaded, op included, is held against numpy in tests/mpi/test_matmul_mpi.py.)"""
-    import importlib
-
+    """The check of ``run`` judges C against α·A·B + β·C₀ of the blocks as loaded: an execute that left α
+    or β out fails it.  (How the blocks are loaded, op included, is held against numpy in
+    tests/mpi/test_matmul_mpi.py.)"""
     from hpcmm.config import RunConfig
+    from hpcmm.matmul import Matmul
 
-    run_module = importlib.import_module("hpcmm.cli.run")
-    scale = run_module._scale
-    if wrong == "beta ignored":
-        monkeypatch.setattr(run_module, "_scale", lambda engine, config: _scale_without_beta(scale, engine, config))
-    else:
-        monkeypatch.setattr(run_module, "_scale", lambda engine, config: scale(engine, config.replace(alpha=1.0)))
+    scale_own = Matmul._scale_own
+
+    def wrong_scale(self, kept):
+        if wrong == "beta ignored":
+            return scale_own(self, None)  # α applied, β·C₀ left out
+        alpha, self.alpha = self.alpha, 1.0
+        try:
+            return scale_own(self, kept)  # β·C₀ added, α left out
+        finally:
+            self.alpha = alpha
+
+    monkeypatch.setattr(Matmul, "_scale_own", wrong_scale)
     config = RunConfig(m=40, n=31, k=27, dtype="complex128", alpha=1.5, beta=-0.5, op_a="C", verify=verify,
                        iters=1, warmup=0, quiet=True)
     with pytest.raises(hpcmm.VerificationError):
         hpcmm.run(config, comm=MPI.COMM_SELF, write=False)
-
-
-def _scale_without_beta(scale, engine, config):
-    """α applied, β·C₀ left out of C, yet C₀ handed to the check."""
-    c0 = scale(engine, config.replace(alpha=1.0))  # C₀ made, C += β·C₀ ...
-    if c0 is not None and engine.C.size:
-        engine.C[...] -= config.beta * c0  # ... and taken out again
-    if config.alpha != 1:
-        engine.C[...] *= config.alpha
-    return c0

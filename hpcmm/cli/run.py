@@ -1,4 +1,4 @@
-"""One run, end to end: checks → placement → engine → products → verify → HDF5.
+"""One run, end to end: checks → ``Matmul.plan()`` → inputs → timed ``execute()``s → verify → HDF5.
 
 The library entry point :func:`run` takes a communicator (no hidden
 ``COMM_WORLD``), frees everything it made, and raises the same
@@ -23,7 +23,6 @@ from mpi4py import MPI
 from ..io import h5io
 from ..planning.algo_choice import Choice
 from ..planning.arrangement import Arrangement
-from ..planning.assemble import Semantics, assembled
 from ..execution.backend import host_memory
 from ..execution.clock import SharedClock, product_window
 from ..config import RunConfig
@@ -31,6 +30,7 @@ from ..dtypes import numpy_dtype
 from ..execution.dynamic import DynamicEngine
 from ..execution.engine import PHASES, Engine, IterationTimes
 from ..errors import InputError, VerificationError, agree, collective
+from ..matmul import Matmul
 from ..execution.gemm_library import libraries_used
 from ..io.inputs import MatrixSource, check_pair, generate_block, open_source
 from ..execution.layered import LayeredEngine
@@ -71,18 +71,12 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
     say = progress if (progress is not None and comm.Get_rank() == 0) else (lambda msg: None)
     agree_on(comm, settings_fields(config), "setting")
     sources = _check_before_work(comm, config, write)
-
-    def shape_from(backend, config):
-        return _problem(config, backend, sources)
-
-    def load(engine):
-        _load_inputs(engine, config, sources, lambda message: None)
-
-    start = MPI.Wtime()
-    semantics = Semantics(config.alpha, config.beta, config.op_a, config.op_b)
-    with assembled(comm, config, shape_from, load, say, semantics=semantics) as parts:
-        config, engine, choice, backend, plan = parts.config, parts.engine, parts.choice, parts.backend, parts.plan
-        plan_seconds = parts.launch.comm.allreduce(MPI.Wtime() - start, op=MPI.MAX)
+    shape = None if sources is None else check_pair(*sources, config.op_a, config.op_b)
+    # The product is the library's: one plan, then warm-up and timed executes on hpcmm's own blocks.
+    with Matmul.from_config(comm, config, shape=shape, progress=say) as matmul:
+        plan = matmul.plan()
+        parts = matmul.assembly
+        config, engine, choice, backend = parts.config, parts.engine, parts.choice, parts.backend
         topo = engine.topo
         _check_bookkeeping(topo, engine, config)
         layout = engine.layout
@@ -91,10 +85,10 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
             f"{layout.k}x{layout.n} {config.dtype} | {backend.name} | panel {engine.panel}, "
             f"{engine.steps} step(s) {engine.step_order}, prefetch {engine.prefetch} | balance {config.balance}")
         verify = _load_inputs(engine, config, sources, say)
-        timings = _timed_products(engine, config, say)
-        c0 = _scale(engine, config)
+        c0 = _initial_c(engine, config)
+        timings = _timed_products(matmul, engine, config, c0, say)
         check = _verify(engine, config, verify, c0)
-        setup = Setup(parts.awareness, parts.arrangement, choice, plan, plan_seconds)
+        setup = Setup(parts.awareness, parts.arrangement, choice, plan, matmul.plan_seconds)
         result = _gather_and_write(engine, config, setup, timings, check, write)
         _raise_if_wrong(check, result, config, write)
         return result
@@ -122,14 +116,6 @@ def _check_before_work(comm, config: RunConfig, write: bool) -> tuple[MatrixSour
                 sources = (a, b)
     return comm.bcast(sources, root=0)
 
-
-
-def _problem(config: RunConfig, backend, sources) -> tuple[RunConfig, tuple[int, int, int]]:
-    """The sizes: from the files, or the device's default."""
-    if sources is not None:
-        return config, check_pair(*sources, config.op_a, config.op_b)
-    config = config.with_default_size(backend.on_gpu)
-    return config, (config.m, config.n, config.k)
 
 
 def _layers_note(choice: Choice) -> str:
@@ -218,26 +204,16 @@ def _read_blocks(rank: int, layout: Layout, config: RunConfig, sources) -> tuple
     return tuple(blocks)
 
 
-def _scale(engine, config: RunConfig) -> object | None:
-    """This rank's C ← α·C + β·C₀ once the products are over (C₀ generated from ``--seed``); returns C₀.
+def _initial_c(engine, config: RunConfig):
+    """C₀ of ``C ← α·op(A)·op(B) + β·C₀`` on this rank's device (generated from ``--seed``), or ``None`` where β = 0.
 
-    The timed products compute op(A)·op(B); the scaling is one pass over C after them.
+    Every execute reads C where β ≠ 0, so each product starts from a copy of it in hpcmm's C.
     """
-    if config.alpha == 1 and config.beta == 0:
+    if config.beta == 0:
         return None
-    backend, c = engine.backend, engine.C
-    c0 = None
-    if config.beta != 0:
-        rows, cols = engine.layout.c_block(engine.topo.rank)
-        c0 = backend.from_host(generate_block(config.seed, "C", (engine.layout.m, engine.layout.n), rows, cols,
-                                              config.dtype))
-    if c.size:
-        if config.alpha != 1:
-            c *= config.alpha
-        if c0 is not None:
-            c += config.beta * c0
-    backend.synchronize()
-    return c0
+    rows, cols = engine.layout.c_block(engine.topo.rank)
+    return engine.backend.from_host(generate_block(config.seed, "C", (engine.layout.m, engine.layout.n), rows, cols,
+                                                   config.dtype))
 
 
 def _nonfinite_report(comm, layout, rank, blocks, sources, dtype: str) -> str | None:
@@ -278,15 +254,21 @@ class Timings:
     clock: SharedClock
 
 
-def _timed_products(engine: Engine, config: RunConfig, say) -> Timings:
-    """Collective: ``--warmup`` untimed products, then ``--iters`` timed ones."""
+def _timed_products(matmul: Matmul, engine, config: RunConfig, c0, say) -> Timings:
+    """Collective: ``--warmup`` untimed executes, then ``--iters`` timed ones, on hpcmm's own blocks (no copies).
+
+    An execute's first step is an agreement over the ranks (a barrier); its product window is the
+    engine's, from which the first rank's start and the last rank's end are taken (one clock).
+    """
     comm = engine.topo.comm
     timings = Timings([], [], SharedClock(comm))
+    a, b, c = engine.A, engine.B, engine.C
     for i in range(config.warmup + config.iters):
-        comm.Barrier()
         timed = i >= config.warmup
-        product = engine.multiply()
-        # A product lasts from the first rank's start to the last rank's end (one clock).
+        if c0 is not None and c.size:
+            c[...] = c0  # β reads C: every product starts from C₀
+        matmul.execute(a, b, c)
+        product = matmul.last.product
         product.start = timings.clock.to_shared(product.start)
         first, last = product_window(comm, product.start, product.seconds)
         if timed:

@@ -73,15 +73,13 @@ class Semantics:
 @contextlib.contextmanager
 def assembled(comm: MPI.Comm, config: RunConfig, shape_from: Callable[[object, RunConfig], tuple],
               load: Callable[[object], None], say: Callable[[str], None] = lambda message: None, *,
-              semantics: Semantics = Semantics(), layers_refused: str | None = None) -> Iterator[Assembly]:
+              semantics: Semantics = Semantics()) -> Iterator[Assembly]:
     """Collective over ``comm``: plan the product of ``config``, build its engine, yield the :class:`Assembly`.
 
     ``shape_from(backend, config)`` gives ``(config, (m, n, k))`` once the
     device is known (the default sizes differ between CPU and GPU);
     ``load(engine)`` fills an engine's blocks with data, for the untimed
-    products that ``--balance product`` measures.  ``layers_refused``: the
-    message of the :class:`~hpcmm.errors.InputError` where the algorithm
-    chosen is 2.5D (a caller that runs SUMMA only), raised before any buffer.
+    products that ``--balance product`` measures.
     """
     with placement(comm, config) as (launch, backend), _blas_threads(launch):
         config, shape = shape_from(backend, config)
@@ -89,8 +87,6 @@ def assembled(comm: MPI.Comm, config: RunConfig, shape_from: Callable[[object, R
         nodes = node_ranks(launch)
         # On CPUs MPI moves the blocks' own (host) buffers: the model's "mpi" path, never "staged".
         choice = _choose(launch, config, shape, nodes, awareness.aware or not backend.on_gpu)
-        if layers_refused is not None and choice.layers is not None:  # the same choice on every rank
-            raise InputError(layers_refused)
         arrangement = arrange(launch.comm, launch.host, backend, config, shape, launch.vnode_count)
         if arrangement.hint:  # ranks share a GPU without MPS
             say(arrangement.hint)

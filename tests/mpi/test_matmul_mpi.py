@@ -82,6 +82,31 @@ def test_gemm_against_numpy(dtype, op_a, op_b, beta):
         assert worst <= 1, f"{dtype} op {op_a}{op_b} beta {beta}: error {worst:.2f} x the bound"
 
 
+@pytest.mark.parametrize("options", [{"algo": "2.5d:2"}, {"balance": "dynamic"}], ids=["2.5d", "dynamic"])
+@pytest.mark.parametrize("beta", [0.0, 1.5])
+def test_every_algorithm_through_the_library(options, beta):
+    """The plan's algorithm is the caller's to pick: 2.5D layers (even rank counts) and dynamic tiles give
+    α·op(A)·op(B) + β·C as SUMMA does, in the plan's layout, executed twice."""
+    comm = MPI.COMM_WORLD
+    if "algo" in options and comm.size % 2:
+        pytest.skip("2.5d:2 needs an even number of ranks on the node")
+    (m, n, k), a, b, c0, a_stored, b_stored = _problem(5, "float64", "T", "N")
+    with hpcmm.Matmul(comm, m, n, k, "float64", alpha=-0.75, beta=beta, op_a="T", options=options) as mm:
+        plan = mm.plan()
+        assert plan.algorithm == ("2.5d" if "algo" in options else "summa")
+        layout, rank = plan.layout, comm.rank
+        for _ in range(2):
+            c = layout.block("C", rank, c0)
+            if beta == 0:
+                c[...] = np.nan
+            out = mm.execute(layout.block("A", rank, a_stored), layout.block("B", rank, b_stored), c)
+        whole = hpcmm.gather(comm, layout, out)
+    if comm.rank == 0:
+        ref = -0.75 * (a @ b) + beta * c0
+        assert np.isfinite(whole).all()
+        assert np.max(np.abs(whole - ref) / _bound("float64", k, -0.75, beta, a, b, c0)) <= 1
+
+
 def test_execute_again_gives_the_bits_of_a_fresh_plan():
     comm = MPI.COMM_WORLD
     rank = comm.rank
