@@ -47,7 +47,7 @@ import sys
 import numpy as np
 
 __all__ = ["BFLOAT16", "TYPE_ATTRIBUTE", "bfloat16", "from_storage", "host_matmul", "is_bfloat16", "numpy_dtype",
-           "read_dataset", "storage_attributes", "storage_dtype", "to_storage"]
+           "product_flops", "read_dataset", "storage_attributes", "storage_dtype", "to_storage"]
 
 #: numpy's bfloat16 (ml_dtypes); ``np.dtype("bfloat16")`` is this dtype.  Bound on first use
 #: (:func:`bfloat16`, through the module's ``__getattr__``): importing this module loads no ml_dtypes.
@@ -130,3 +130,8 @@ def host_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     so only the float32 sums round before the final rounding to bfloat16.
     """
     return np.matmul(a.astype(np.float32), b.astype(np.float32))
+
+
+def product_flops(m: int, n: int, k: int, dtype: str) -> float:
+    """Floating-point operations of one product ``C = A·B`` (a complex multiply-add is 8): the one place they are counted."""
+    return (8.0 if str(dtype).startswith("complex") else 2.0) * m * n * k

@@ -300,7 +300,7 @@ MUTATIONS = {
         ["tests/test_model.py"],
     ),
     "model: the built-in keeps the CUDA-aware round's old wait": (
-        "hpcmm/machines/h200x2.json",
+        "hpcmm/model/machines/h200x2.json",
         '  "shared_mpi_us": 80.0,',
         '  "shared_mpi_us": 67.0,',
         ["tests/test_model.py"],

@@ -29,7 +29,8 @@ from hpcmm.execution.engine import Engine
 from hpcmm.io.inputs import generate_block
 from hpcmm.geometry.layout import Grid, Layout
 from hpcmm.model.cost import Problem, builtin, predict
-from hpcmm.cli.summary import print_summary, product_flops, summary_figures
+from hpcmm.cli.summary import print_summary, summary_figures
+from hpcmm.dtypes import product_flops
 from hpcmm.execution.topology import Topology
 from hpcmm.verify import Check
 

@@ -41,7 +41,8 @@ from ..io.metadata import versions
 from .peers import CUBLASMP_MIN_ITERS, CUBLASMP_WARMUP, HEAT_LIMIT, PeerResult, cublasmp, heat
 from ..execution.placement import placement
 from ..cli.run import run
-from ..cli.summary import format_rate, product_flops, rate_unit
+from ..cli.summary import format_rate, rate_unit
+from ..dtypes import product_flops
 
 __all__ = ["bench_main", "parse_cases", "pick_reference"]
 

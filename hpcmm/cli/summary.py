@@ -17,7 +17,9 @@ import sys
 
 import numpy as np
 
-__all__ = ["Gathered", "busiest_device", "dynamic_figures", "format_rate", "gathered_figures", "print_summary", "product_flops", "summary_figures",
+from ..dtypes import product_flops
+
+__all__ = ["Gathered", "busiest_device", "dynamic_figures", "format_rate", "gathered_figures", "print_summary", "summary_figures",
            "summary_rows"]
 
 #: An element error (fraction of its row's norm-wise scale) beyond which the summary warns.
@@ -48,11 +50,6 @@ def rate_unit(tflops) -> tuple[float, str]:
     finite = [abs(t) for t in tflops if t == t]
     top = max(finite, default=1.0)
     return (1.0, "TFLOP/s") if top >= 1 or not finite else (1e3, "GFLOP/s") if top >= 1e-3 else (1e6, "MFLOP/s")
-
-
-def product_flops(m: int, n: int, k: int, dtype: str) -> float:
-    """Floating-point operations of one product ``C = A·B``."""
-    return (8.0 if str(dtype).startswith("complex") else 2.0) * m * n * k
 
 
 @dataclasses.dataclass

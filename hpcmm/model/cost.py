@@ -73,7 +73,7 @@ from ..errors import InputError
 from ..planning.gemm_orders import gemm_order, scratch_slots
 from ..planning.grid_orientation import facing, most_square, oriented
 from ..geometry.layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid, padded
-from ..cli.summary import product_flops
+from ..dtypes import product_flops
 
 __all__ = [
     "ALGOS", "BUILTIN", "GemmCurve", "Machine", "Prediction", "Problem", "builtin",
@@ -317,7 +317,7 @@ def _load_builtin() -> dict[str, dict]:
     return found
 
 
-#: Built-in descriptions (``--machine NAME``), from ``hpcmm/machines/NAME.json``.
+#: Built-in descriptions (``--machine NAME``), from ``hpcmm/model/machines/NAME.json``.
 BUILTIN: dict[str, dict] = _load_builtin()
 
 

@@ -36,7 +36,7 @@ from ..execution.layered import LayeredEngine, node_ranks
 from ..geometry.layout import Layout
 from ..execution.placement import arranged, placement
 from .plan import Plan, agree_on
-from ..cli.summary import product_flops
+from ..dtypes import product_flops
 from .threads import limit_blas_threads
 from ..execution.transport import CudaAwareness, decide
 from ..verify import check_full_size

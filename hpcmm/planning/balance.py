@@ -48,7 +48,7 @@ import numpy as np
 from ..config import BALANCE_MODES, DEFAULT_BALANCE
 from ..dtypes import numpy_dtype
 from ..errors import collective
-from ..cli.summary import product_flops
+from ..dtypes import product_flops
 
 __all__ = [
     "DEFAULT_MODE",

@@ -1,13 +1,17 @@
 """The host time of ``Matmul.execute`` beside the product's, for operands in hpcmm's blocks and copied in.
 
-    mpiexec -n 8 python tests/gpu/execute_overhead.py 8192 float64
+    mpiexec -n 8 python tests/gpu/execute_overhead.py 8192 float64 [--profile]
 
 Prints, on rank 0, one JSON line per operand kind: the medians over 10 executes of the call's
 window (first rank's call to last rank's return) and of the product's (first rank's product start
 to last rank's end, as the command line times a product), on the clock the ranks of one node
-share, and the difference over the product: the host's part of an execute.
+share, and the difference over the product: the host's part of an execute.  ``--profile``: then
+rank 0's functions by their own time over 10 more executes on hpcmm's blocks (cProfile), and the
+host's seconds of one execute before its product's window and after it.
 """
+import cProfile
 import json
+import pstats
 import sys
 
 import numpy as np
@@ -44,3 +48,19 @@ with hpcmm.Matmul(comm, size, size, size, dtype) as mm:
                               "host_fraction": (call - product) / product,
                               "tflops": 2 * size ** 3 / call / 1e12, "plan_s": mm.plan_seconds,
                               "backend": plan.backend}))
+
+    if "--profile" in sys.argv:
+        profile = cProfile.Profile()
+        before, after = [], []
+        for _ in range(10):
+            comm.Barrier()
+            profile.enable()
+            mm.execute(a_own, b_own, c_own)
+            profile.disable()
+            last = mm.last
+            before.append(last.product_start - last.start)
+            after.append(last.start + last.seconds - last.product_start - last.product_seconds)
+        if comm.rank == 0:
+            print(json.dumps({"ranks": comm.size, "before_product_s": float(np.median(before)),
+                              "after_product_s": float(np.median(after))}))
+            pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(18)

@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from hpcmm.execution.backend import GpuBackend
 from hpcmm.planning.mps import detect
-from hpcmm.cli.summary import product_flops
+from hpcmm.dtypes import product_flops
 
 
 def main() -> int:
