@@ -52,7 +52,7 @@ from ..planning.gemm_orders import relaid
 from ..geometry.layout import Layout, padded
 from .transport import PanelChannel
 
-__all__ = ["Engine", "IterationTimes", "PHASES", "copy_in"]
+__all__ = ["DeferredTimes", "Engine", "IterationTimes", "PHASES", "copy_in"]
 
 PHASES = ("gemm", "comm", "wait")
 STREAMS = ("compute", "comm")
@@ -68,6 +68,38 @@ class IterationTimes:
     timeline: np.ndarray | None  # (events, 5): stream, kind, step, start, end
     start: float = 0.0  # perf_counter when the window opened (this rank's clock)
     host: np.ndarray | None = None  # (nsteps,): compute-stream gap with the panels there
+
+
+class DeferredTimes(IterationTimes):
+    """A product's timings whose per-step figures are read from its events when first asked for.
+
+    Reading a step's six events costs the host some 20 µs per step; a library caller that
+    never looks at them should not pay it inside every execute.  ``seconds`` and ``start`` are
+    there at once; ``steps``, ``host`` and ``timeline`` come from ``details()`` on first use.
+    """
+
+    def __init__(self, seconds: float, start: float, details) -> None:  # noqa: D107 - the class says it
+        object.__setattr__(self, "_details", details)
+        object.__setattr__(self, "_resolved", None)
+        self.seconds, self.start = seconds, start
+
+    def _resolve(self) -> tuple:
+        if self._resolved is None:
+            object.__setattr__(self, "_resolved", self._details())
+            object.__setattr__(self, "_details", None)  # the events may go
+        return self._resolved
+
+    def _set(self, index: int, value) -> None:
+        resolved = list(self._resolve())
+        resolved[index] = value
+        object.__setattr__(self, "_resolved", tuple(resolved))
+
+    steps = property(lambda self: self._resolve()[0], lambda self, value: self._set(0, value))
+    timeline = property(lambda self: self._resolve()[1], lambda self, value: self._set(1, value))
+    host = property(lambda self: self._resolve()[2], lambda self, value: self._set(2, value))
+
+    def __repr__(self) -> str:
+        return f"DeferredTimes(seconds={self.seconds!r}, start={self.start!r})"
 
 
 @dataclasses.dataclass
@@ -344,9 +376,11 @@ class Engine:
                 fetch(s + self.prefetch)
         product_end = backend.event(compute_stream)
         backend.synchronize()
-        return self._times(product_start, product_end, marks, start)
+        return DeferredTimes(backend.elapsed(product_start, product_end), start,
+                             lambda: self._step_times(product_start, marks))
 
-    def _times(self, product_start, product_end, marks: dict[int, StepMarks], start: float) -> IterationTimes:
+    def _step_times(self, product_start, marks: dict[int, StepMarks]) -> tuple:
+        """``(steps, timeline, host)`` of one product, from its events (see :class:`IterationTimes`)."""
         elapsed = self.backend.elapsed
         nsteps = len(self.plan)
         steps = np.zeros((self.steps, len(PHASES)))
@@ -371,7 +405,7 @@ class Engine:
             if self.record_timeline:
                 rows += [(1, 1, s, a_start, a_end), (1, 2, s, b_start, b_end), (0, 0, s, gemm_start, gemm_end)]
         timeline = np.array(rows, dtype=np.float64).reshape(-1, 5) if self.record_timeline else None
-        return IterationTimes(elapsed(product_start, product_end), steps, timeline, start, host)
+        return steps, timeline, host
 
     # -- tear-down ------------------------------------------------------------
     def close(self) -> None:

@@ -50,17 +50,40 @@ with hpcmm.Matmul(comm, size, size, size, dtype) as mm:
                               "backend": plan.backend}))
 
     if "--profile" in sys.argv:
+        # Where the host's time of an execute goes: the two device synchronizations and the engine's
+        # entry, timed by wrapping them, beside the product's window.
+        from time import perf_counter
+
+        engine, backend = mm.assembly.engine, mm.assembly.backend
+        marks = {"sync": [], "multiply": []}
+        sync, multiply = backend.synchronize, engine.multiply
+
+        def timed_sync():
+            sync()
+            marks["sync"].append(perf_counter())
+
+        def timed_multiply():
+            marks["multiply"].append(perf_counter())
+            return multiply()
+
+        backend.synchronize, engine.multiply = timed_sync, timed_multiply
         profile = cProfile.Profile()
-        before, after = [], []
+        parts = []
         for _ in range(10):
             comm.Barrier()
+            marks["sync"].clear()
+            marks["multiply"].clear()
             profile.enable()
             mm.execute(a_own, b_own, c_own)
             profile.disable()
             last = mm.last
-            before.append(last.product_start - last.start)
-            after.append(last.start + last.seconds - last.product_start - last.product_seconds)
+            end = last.product_start + last.product_seconds
+            first_sync, entry, last_sync = marks["sync"][0], marks["multiply"][0], marks["sync"][-1]
+            parts.append({"to_first_sync": first_sync - last.start, "agreement": entry - first_sync,
+                          "entry_to_product": last.product_start - entry, "product_end_to_sync": last_sync - end,
+                          "sync_to_return": last.start + last.seconds - last_sync})
+        backend.synchronize, engine.multiply = sync, multiply
         if comm.rank == 0:
-            print(json.dumps({"ranks": comm.size, "before_product_s": float(np.median(before)),
-                              "after_product_s": float(np.median(after))}))
+            print(json.dumps({"ranks": comm.size, "median_us": {k: round(float(np.median([p[k] for p in parts])) * 1e6, 1)
+                                                               for k in parts[0]}}))
             pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(18)
