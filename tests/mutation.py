@@ -46,7 +46,7 @@ MUTATIONS = {
         ["tests/test_timing.py"],
     ),
     "complex flops counted 2mnk": (
-        "hpcmm/cli/summary.py",
+        "hpcmm/dtypes.py",
         'return (8.0 if str(dtype).startswith("complex") else 2.0) * m * n * k',
         "return 2.0 * m * n * k",
         ["tests/test_timing.py", "tests/test_bench.py"],
