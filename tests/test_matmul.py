@@ -103,11 +103,21 @@ def test_a_plan_prints_and_its_digest_follows_every_field():
 
 
 @pytest.mark.parametrize("args, message", [
-    (dict(m=0), "m=0: expected a positive integer"),
-    (dict(dtype="int32"), "dtype='int32'"),
-    (dict(op_a="X"), "op_a='X'"),
-    (dict(alpha=1j), r"alpha=1j: complex, and dtype=float64 is real"),
-    (dict(beta=float("nan")), "beta=nan: expected a finite number"),
+    (dict(m=0), "^m=0: expected a positive integer$"),
+    (dict(n=0), "^n=0: expected a positive integer$"),
+    (dict(k=-3), "^k=-3: expected a positive integer$"),
+    (dict(m=True), "^m=True: expected a positive integer$"),
+    (dict(n=2.0), r"^n=2\.0: expected a positive integer$"),
+    (dict(dtype="int32"), "^dtype='int32': expected one of float64, float32, float16, bfloat16, complex128, complex64$"),
+    (dict(dtype=np.int64), "^dtype='int64': expected one of "),
+    (dict(op_a="X"), "^op_a='X': expected one of N, T, C$"),
+    (dict(op_b="n"), "^op_b='n': expected one of N, T, C$"),
+    (dict(alpha=1j), r"^alpha=1j: complex, and dtype=float64 is real$"),
+    (dict(beta=2j), r"^beta=2j: complex, and dtype=float64 is real$"),
+    (dict(alpha=True), "^alpha=True: expected a finite number$"),
+    (dict(alpha="2"), "^alpha='2': expected a finite number$"),
+    (dict(beta=float("nan")), "^beta=nan: expected a finite number$"),
+    (dict(beta=float("inf")), "^beta=inf: expected a finite number$"),
     (dict(options={"panels": 3}), r"options \['panels'\]"),
     (dict(options={"panel": 0}), "--panel"),
     (dict(layout=hpcmm.Layout.grid(3, 3, 3, (1, 1))), r"layout holds A as \(3, 3\)"),
@@ -116,6 +126,81 @@ def test_bad_arguments_are_input_errors_naming_the_value(args, message):
     call = dict(m=4, n=4, k=4, dtype="float64") | args
     with pytest.raises(hpcmm.InputError, match=message):
         hpcmm.Matmul(MPI.COMM_SELF, call.pop("m"), call.pop("n"), call.pop("k"), call.pop("dtype"), **call)
+
+
+def test_the_smallest_problem_and_dtypes_given_as_numpy_types():
+    """m = n = k = 1 is a product; a numpy type names the dtype; α and β keep the type's kind."""
+    with hpcmm.Matmul(MPI.COMM_SELF, 1, 1, 1, np.float32, alpha=2, beta=0.5) as mm:
+        assert mm.dtype == np.float32 and (mm.alpha, mm.beta) == (2.0, 0.5)
+        assert type(mm.alpha) is float and type(mm.beta) is float
+        c = np.full((1, 1), 4.0, np.float32)
+        out = mm.execute(np.full((1, 1), 3.0, np.float32), np.full((1, 1), 5.0, np.float32), c)
+        assert out is c and c[0, 0] == 2 * 15 + 0.5 * 4
+    with hpcmm.Matmul(MPI.COMM_SELF, 2, 3, 4, np.dtype("complex64"), alpha=1, beta=1j, op_b="C") as mm:
+        assert mm.dtype == np.complex64 and mm.beta == 1j and type(mm.alpha) is complex
+        plan = mm.plan()
+        assert (plan.alpha, plan.beta, plan.op_a, plan.op_b) == (1, 1j, "N", "C")
+
+
+def test_before_and_after_a_product_and_once_freed():
+    mm = hpcmm.Matmul(MPI.COMM_SELF, 6, 5, 4, "float64", op_a="T")
+    assert mm.plan_seconds is None and mm.last is None
+    plan = mm.plan()
+    assert mm.plan() is plan and 0 <= mm.plan_seconds < 60  # planned once
+    assert (plan.m, plan.n, plan.k) == (6, 5, 4) and plan.algorithm == "summa"
+    assert (plan.alpha, plan.beta, plan.op_a, plan.op_b) == (1.0, 0.0, "T", "N")  # the product the plan is of
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((4, 6)), rng.standard_normal((4, 5))
+    c = mm.execute(a, b)
+    assert np.allclose(c, a.T @ b) and isinstance(mm.last, hpcmm.ExecuteTimes)
+    assert mm.last.copied_bytes == (6 * 4 + 4 * 5 + 6 * 5) * 8 and mm.last.moved_bytes == 0  # A, B in; C out
+    assert mm.last.product is not None and mm.last.product.seconds == mm.last.product_seconds
+    mm.free()
+    with pytest.raises(hpcmm.InputError, match="^this Matmul was freed: make a new one$"):
+        mm.plan()
+
+
+def test_own_blocks_and_their_views_are_read_in_place():
+    """hpcmm's own blocks (Matmul.empty, or a new view of them) are neither checked against the caller's
+    shape nor copied; any other array is, a transposed view of an own block included."""
+    with hpcmm.Matmul(MPI.COMM_SELF, 6, 6, 6, "float64") as mm:
+        mm.plan()
+        a, b, c = mm.empty("A"), mm.empty("B"), mm.empty("C")
+        assert mm.empty("A") is a and mm.empty("C") is c
+        rng = np.random.default_rng(4)
+        a[...], b[...] = rng.standard_normal((6, 6)), rng.standard_normal((6, 6))
+        want = a @ b
+        out = mm.execute(a[...], b, c[...])
+        assert mm.last.copied_bytes == 0 and np.allclose(c, want) and np.shares_memory(out, c)
+        a_t = a.T  # the same memory, other strides: the caller's A as stored, copied in
+        mm.execute(a_t, b)
+        assert mm.last.copied_bytes > 0
+    with pytest.raises(hpcmm.InputError, match="^operand 'D': expected one of A, B, C$"):
+        with hpcmm.Matmul(MPI.COMM_SELF, 2, 2, 2, "float64") as mm:
+            mm.empty("D")
+    with hpcmm.Matmul(MPI.COMM_SELF, 3, 2, 4, "float64", op_a="T") as mm:
+        assert mm.empty("A").shape == (4, 3)  # stored as k×m: not hpcmm's own (m×k) block
+        assert mm.empty("B").shape == (4, 2) and mm.empty("C").shape == (3, 2)
+
+
+def test_the_one_call_form_takes_its_type_from_a():
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (4, 2), (3, 2)))
+    out = hpcmm.matmul(MPI.COMM_SELF, a, b, c.copy(), m=3, n=2, k=4, alpha=-1.0, beta=2.0)
+    assert out.dtype == np.float32 and np.allclose(out, -(a @ b) + 2 * c, rtol=1e-5)
+
+
+def test_options_beat_the_environment_which_beats_the_default():
+    opts = hpcmm.MatmulOptions(prefetch=2)
+    config = opts.config(8, 8, 8, "float64", environ={"HPCMM_PANEL": "16", "HPCMM_PREFETCH": "3"})
+    assert (config.m, config.n, config.k, config.dtype) == (8, 8, 8, "float64")
+    assert config.panel == 16 and config.prefetch == 2 and config.timeline is False
+    assert config.from_environment == frozenset({"panel"})
+    assert hpcmm.MatmulOptions(timeline=True).config(8, 8, 8, "float64", environ={}).timeline is True
+    assert hpcmm.MatmulOptions(algo="2.5d:2").config(8, 8, 8, "float64", environ={}).algo == "2.5d:2"
+    assert hpcmm.MatmulOptions(grid=[2, 1]).config(8, 8, 8, "float64", environ={}).grid == (2, 1)
+    with pytest.raises(hpcmm.InputError, match=r"^options of type int: expected hpcmm.MatmulOptions, a dict or None$"):
+        hpcmm.Matmul(MPI.COMM_SELF, 2, 2, 2, "float64", options=3)
 
 
 def test_import_hpcmm_and_a_plan_do_not_import_the_cost_model():
