@@ -183,6 +183,29 @@ def test_own_blocks_and_their_views_are_read_in_place():
         assert mm.empty("B").shape == (4, 2) and mm.empty("C").shape == (3, 2)
 
 
+def test_a_returned_c_is_the_callers_and_moves_are_counted():
+    """Without ``c`` execute returns a new array (a later product does not change it); a caller's layout,
+    even the plan's own given explicitly, moves A, B and C through MPI and counts their bytes."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((5, 3)), rng.standard_normal((3, 4))
+    with hpcmm.Matmul(MPI.COMM_SELF, 5, 4, 3, "float64", alpha=3.0) as mm:
+        mm.plan()
+        first = mm.execute(a, b)
+        kept = first.copy()
+        mm.execute(2 * a, b)
+        assert np.array_equal(first, kept) and np.allclose(first, 3 * a @ b)
+        assert mm.last.copied_bytes == (15 + 12 + 20) * 8 and mm.last.moved_bytes == 0
+    layout = hpcmm.Layout.grid(5, 4, 3, (1, 1))
+    with hpcmm.Matmul(MPI.COMM_SELF, 5, 4, 3, "float64", layout=layout, beta=-1.0) as mm:
+        mm.plan()
+        c = rng.standard_normal((5, 4))
+        want = a @ b - c
+        out = mm.execute(a, b, c)
+        assert out is c and np.allclose(c, want)
+        assert mm.last.moved_bytes == (15 + 12 + 20) * 8  # A, B in; C out
+        assert mm.empty("C") is not mm.empty("C")  # in a caller's layout every block is the caller's
+
+
 def test_the_one_call_form_takes_its_type_from_a():
     rng = np.random.default_rng(5)
     a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (4, 2), (3, 2)))
