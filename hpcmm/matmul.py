@@ -34,7 +34,7 @@ from .planning.assemble import Assembly, Semantics, assembled
 from .geometry.distribution import OPERANDS, Layout
 from .dtypes import numpy_dtype
 from .execution.engine import copy_in
-from .errors import InputError, agree, collective
+from .errors import InputError, agree, collective, raised_everywhere
 from .io.operands import apply_op, check, to_host, view
 from .options import as_options
 from .planning.plan import Plan, agree_on, settings_fields
@@ -173,7 +173,9 @@ class Matmul:
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
-        if error is None or getattr(error, "agreed", False):
+        # A collective tear-down only where every rank leaves the same way (errors.raised_everywhere);
+        # after an error of this rank alone the job's end (MPI_Abort) takes what was built.
+        if raised_everywhere(error):
             self.free()
 
     def _stored_shapes(self) -> dict[str, tuple[int, int]]:

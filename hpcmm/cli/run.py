@@ -117,7 +117,6 @@ def _check_before_work(comm, config: RunConfig, write: bool) -> tuple[MatrixSour
     return comm.bcast(sources, root=0)
 
 
-
 def _layers_note(choice: Choice) -> str:
     return "" if choice.layers is None else f" per layer, {choice.layers} layer(s)"
 
@@ -130,7 +129,8 @@ class Setup:
     arrangement: Arrangement
     choice: Choice
     plan: Plan
-    #: From the start of the set-up to the engine's being ready (the slowest rank's), the products excluded.
+    #: ``Matmul.plan()`` on the slowest rank: the set-up and, on GPUs, its one untimed product; the
+    #: warm-up and timed products excluded.
     plan_seconds: float
 
 
