@@ -206,6 +206,32 @@ def test_a_returned_c_is_the_callers_and_moves_are_counted():
         assert mm.empty("C") is not mm.empty("C")  # in a caller's layout every block is the caller's
 
 
+def test_from_config_takes_a_given_shape_or_the_devices_default():
+    """The command line's Matmul: the product of a whole RunConfig, its sizes from the input files (``shape``)
+    or, where unset, the device's default; α, β, the ops and the type from the config."""
+    from hpcmm.config import DEFAULT_SIZE_CPU, RunConfig
+    from hpcmm.matmul import Matmul
+
+    config = RunConfig(dtype="float32", alpha=2.0, beta=0.5, op_b="T", device="cpu", quiet=True)
+    with Matmul.from_config(MPI.COMM_SELF, config, shape=(5, 6, 7)) as mm:
+        plan = mm.plan()
+        assert (mm.m, mm.n, mm.k) == (plan.m, plan.n, plan.k) == (5, 6, 7) and mm.dtype == np.float32
+        assert (plan.alpha, plan.beta, plan.op_a, plan.op_b) == (2.0, 0.5, "N", "T")
+        engine = mm.assembly.engine
+        assert engine.A.shape == (5, 7) and engine.B.shape == (7, 6)  # op(A) and op(B), as the engine holds them
+        rng = np.random.default_rng(7)
+        a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((5, 7), (6, 7), (5, 6)))
+        want = 2 * a @ b.T + 0.5 * c
+        mm.execute(a, b, c)
+        assert np.allclose(c, want, rtol=1e-5)
+    with Matmul.from_config(MPI.COMM_SELF, config.replace(m=9)) as mm:
+        assert (mm.plan().m, mm.plan().n, mm.plan().k) == (9, 9, 9)  # --n and --k follow --m
+    with Matmul.from_config(MPI.COMM_SELF, config) as mm:
+        assert (mm.plan().m, mm.n, mm.k) == (DEFAULT_SIZE_CPU,) * 3 and mm.assembly.config.m == DEFAULT_SIZE_CPU
+    with pytest.raises(hpcmm.InputError, match="^n=0: expected a positive integer$"):
+        Matmul.from_config(MPI.COMM_SELF, config, shape=(3, 0, 2))
+
+
 def test_the_one_call_form_takes_its_type_from_a():
     rng = np.random.default_rng(5)
     a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (4, 2), (3, 2)))
