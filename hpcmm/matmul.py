@@ -115,26 +115,17 @@ class Matmul:
 
     def __init__(self, comm, m, n, k, dtype, *, layout: Layout | None = None, alpha=1, beta=0, op_a="N",
                  op_b="N", options=None) -> None:
-        self._comm = None
-        self._stack = contextlib.ExitStack()
-        self._parts = None
-        self._plan: Plan | None = None
+        self._comm = None  # free() is safe whatever the checks say
         with collective(comm):  # a bad argument on one rank fails every rank, never a hang
-            self.dtype = numpy_dtype(_check_problem(m, n, k, dtype, alpha, beta, op_a, op_b))
-            self.m, self.n, self.k = int(m), int(n), int(k)
-            self.alpha = complex(alpha) if self.dtype.kind == "c" else float(alpha)
-            self.beta = complex(beta) if self.dtype.kind == "c" else float(beta)
-            self.op_a, self.op_b = op_a, op_b
-            self.options = as_options(options)
-            self._config = self.options.config(self.m, self.n, self.k, self.dtype.name)
+            kind = numpy_dtype(_check_problem(m, n, k, dtype, alpha, beta, op_a, op_b))
+            scalar = complex if kind.kind == "c" else float
+            sizes = (int(m), int(n), int(k))
+            options = as_options(options)
+            config = options.config(*sizes, kind.name)
             if layout is not None:
-                _check_layout(layout, self._stored_shapes(), comm.Get_size())
-            self._caller_layout = layout
-        self._comm = comm.Dup()
-        self._shape_from = None
-        self._progress = None
-        self.plan_seconds = None
-        self.last: ExecuteTimes | None = None
+                _check_layout(layout, _stored_shapes(sizes, op_a, op_b), comm.Get_size())
+        self._begin(comm, kind, sizes, config, scalar(alpha), scalar(beta), op_a, op_b)
+        self.options, self._caller_layout = options, layout
 
     @classmethod
     def from_config(cls, comm, config: RunConfig, *, shape: tuple[int, int, int] | None = None,
@@ -147,26 +138,38 @@ class Matmul:
         """
         self = cls.__new__(cls)
         self._comm = None
-        self._stack = contextlib.ExitStack()
-        self._parts = None
-        self._plan = None
         with collective(comm):
             sizes = shape if shape is not None else tuple(v or 1 for v in (config.m, config.n, config.k))
-            self.dtype = numpy_dtype(_check_problem(*sizes, config.dtype, config.alpha, config.beta, config.op_a,
-                                                    config.op_b))
+            kind = numpy_dtype(_check_problem(*sizes, config.dtype, config.alpha, config.beta, config.op_a,
+                                              config.op_b))
+        # The sizes are final once the device is known: a file's, the given ones, or the device's default.
+        shape_from = None if shape is not None else (
+            lambda backend, cfg: _default_shape(cfg.with_default_size(backend.on_gpu)))
+        self._begin(comm, kind, sizes, config, config.alpha, config.beta, config.op_a, config.op_b,
+                    shape_from=shape_from, progress=progress)
+        return self
+
+    def _begin(self, comm, dtype, sizes, config: RunConfig, alpha, beta, op_a, op_b, *, shape_from=None,
+               progress=None) -> None:
+        """The state both constructors share, once their arguments are checked on every rank.
+
+        ``shape_from(backend, config)``: the plan's ``(config, (m, n, k))`` once the device is known
+        (default: ``sizes``); ``progress``: the planner's messages.
+        """
+        self.dtype = dtype
         self.m, self.n, self.k = sizes
-        self.alpha, self.beta, self.op_a, self.op_b = config.alpha, config.beta, config.op_a, config.op_b
+        self.alpha, self.beta, self.op_a, self.op_b = alpha, beta, op_a, op_b
         self.options = None
         self._config = config
         self._caller_layout = None
-        self._comm = comm.Dup()
-        # The sizes are final once the device is known: a file's, the given ones, or the device's default.
-        self._shape_from = (lambda backend, cfg: (cfg, tuple(shape))) if shape is not None else (
-            lambda backend, cfg: _default_shape(cfg.with_default_size(backend.on_gpu)))
-        self._progress = progress
+        self._stack = contextlib.ExitStack()
+        self._parts = None
+        self._plan: Plan | None = None
+        self._shape_from = shape_from if shape_from is not None else (lambda backend, cfg: (cfg, tuple(sizes)))
+        self._say = progress if progress is not None else (lambda message: None)
         self.plan_seconds = None
-        self.last = None
-        return self
+        self.last: ExecuteTimes | None = None
+        self._comm = comm.Dup()
 
     # -- context --------------------------------------------------------------
     def __enter__(self) -> Matmul:
@@ -177,11 +180,6 @@ class Matmul:
         # after an error of this rank alone the job's end (MPI_Abort) takes what was built.
         if raised_everywhere(error):
             self.free()
-
-    def _stored_shapes(self) -> dict[str, tuple[int, int]]:
-        ops = {"A": self.op_a, "B": self.op_b, "C": "N"}
-        shapes = {"A": (self.m, self.k), "B": (self.k, self.n), "C": (self.m, self.n)}
-        return {name: shape if ops[name] == "N" else shape[::-1] for name, shape in shapes.items()}
 
     # -- plan -----------------------------------------------------------------
     def plan(self) -> Plan:
@@ -200,15 +198,9 @@ class Matmul:
             "alpha": repr(self.alpha), "beta": repr(self.beta), "op_a": self.op_a, "op_b": self.op_b,
             "layout": _digest(None if self._caller_layout is None else self._caller_layout.blocks)}
         agree_on(comm, fields, "setting")
-        config = self._config
-
-        def shape_from(backend, config):
-            return config, (self.m, self.n, self.k)
-
         semantics = Semantics(self.alpha, self.beta, self.op_a, self.op_b)
-        say = self._progress if self._progress is not None else (lambda message: None)
         parts = self._stack.enter_context(assembled(
-            comm, config, self._shape_from or shape_from, _fill_for_timing, say, semantics=semantics))
+            comm, self._config, self._shape_from, _fill_for_timing, self._say, semantics=semantics))
         try:
             plan, engine = parts.plan, parts.engine
             self.m, self.n, self.k = parts.shape
@@ -408,6 +400,14 @@ def _check_layout(layout, shapes: dict, size: int) -> None:
         if tuple(layout.shapes[name]) != tuple(shapes[name]):
             raise InputError(f"layout holds {name} as {layout.shapes[name]}: the product stores {name} as "
                              f"{shapes[name]}")
+
+
+def _stored_shapes(sizes: tuple[int, int, int], op_a: str, op_b: str) -> dict[str, tuple[int, int]]:
+    """A, B and C as the caller stores them: op(A) is m×k, so A is k×m where ``op_a`` is T or C."""
+    m, n, k = sizes
+    ops = {"A": op_a, "B": op_b, "C": "N"}
+    shapes = {"A": (m, k), "B": (k, n), "C": (m, n)}
+    return {name: shape if ops[name] == "N" else shape[::-1] for name, shape in shapes.items()}
 
 
 def _same_block(x, own) -> bool:
