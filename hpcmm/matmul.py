@@ -54,18 +54,25 @@ class ExecuteTimes:
     product_seconds: float  # the distributed product on the device (the engine's window)
     copied_bytes: int  # operand bytes copied into or out of hpcmm's blocks on this rank
     moved_bytes: int  # bytes sent to other ranks to change layouts
-    #: ``time.perf_counter()`` when the call began and when the product's window opened: on one
-    #: node a clock that the ranks share, so the job's call and product windows can be compared.
+    #: ``time.perf_counter()`` when the call began, when the product's window opened, and when the
+    #: product was done as the host sees it (the engine's last synchronize returned): on one node a
+    #: clock that the ranks share, so the job's call and product windows can be compared.
     start: float = 0.0
     product_start: float = 0.0
+    product_end: float = 0.0
     #: The engine's record of the product (per-step seconds, timeline, tiles): what the command line
     #: keeps of every timed product.
     product: object = dataclasses.field(default=None, repr=False)
 
     @property
     def host_seconds(self) -> float:
-        """The call's time outside the product: checks, copies, barriers, launches."""
-        return max(0.0, self.seconds - self.product_seconds)
+        """The call's time outside the product's window on the host (checks, copies, agreement).
+
+        The window runs from the product's first launch to the return of its last synchronize, so
+        a device shared by time slices, busy with other ranks' work when this rank's last GEMM
+        ends, counts as the product's, not the host's.
+        """
+        return max(0.0, self.seconds - (self.product_end - self.product_start))
 
 
 def _check_problem(m, n, k, dtype, alpha, beta, op_a, op_b) -> str:
@@ -307,13 +314,14 @@ class Matmul:
             backend.synchronize()
             comm.Barrier()
         times = engine.multiply()
+        product_end = perf_counter()  # every engine's product ends with a device synchronize
         if own_c:
             self._scale_own(kept)
             result = c_operand.array
         else:
             result = self._result(c_operand, counted)
         self.last = ExecuteTimes(perf_counter() - start, float(times.seconds), counted["copied"], counted["moved"],
-                                 start, float(times.start), times)
+                                 start, float(times.start), product_end, times)
         return c if c is not None else result
 
     def _fill(self, name: str, op: str, operand, counted: dict) -> None:

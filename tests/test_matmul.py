@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,29 @@ def test_before_and_after_a_product_and_once_freed():
     mm.free()
     with pytest.raises(hpcmm.InputError, match="^this Matmul was freed: make a new one$"):
         mm.plan()
+
+
+def test_host_seconds_leave_out_a_product_that_the_device_ends_late(monkeypatch):
+    """A product whose closing synchronize returns late (a device busy with other ranks' slices)
+    counts as the product's time, not the host's: host_seconds is the call less the product's
+    window on the host."""
+    with hpcmm.Matmul(MPI.COMM_SELF, 5, 4, 3, "float64") as mm:
+        mm.plan()
+        engine = mm.assembly.engine
+        multiply = engine.multiply
+
+        def late():
+            times = multiply()
+            time.sleep(0.3)
+            return times
+
+        monkeypatch.setattr(engine, "multiply", late)
+        rng = np.random.default_rng(8)
+        mm.execute(rng.standard_normal((5, 3)), rng.standard_normal((3, 4)))
+        last = mm.last
+        assert last.start <= last.product_start <= last.product_end - 0.3 <= last.start + last.seconds - 0.3
+        assert 0 <= last.host_seconds <= last.seconds - 0.3
+        assert last.host_seconds == pytest.approx(last.seconds - (last.product_end - last.product_start))
 
 
 def test_own_blocks_and_their_views_are_read_in_place():

@@ -3,9 +3,13 @@
     mpiexec -n 8 python tests/gpu/execute_overhead.py 8192 float64 [--profile]
 
 Prints, on rank 0, one JSON line per operand kind: the medians over 10 executes of the call's
-window (first rank's call to last rank's return) and of the product's (first rank's product start
-to last rank's end, as the command line times a product), on the clock the ranks of one node
-share, and the difference over the product: the host's part of an execute.  ``--profile``: then
+window (first rank's call to last rank's return) and of the product's on the host (first rank's
+first launch to the last rank's return from the product's closing synchronize), on the clock the
+ranks of one node share, and the difference over the product: the host's part of an execute
+(``host_s``).  Beside it ``outside_events_s``: the call's window less the product's as its device
+events time it (first rank's launch plus its events' span, as the command line times a product);
+on a GPU shared by time slices it adds the slices in which the device ran other ranks' work
+before this rank's first event or after its last.  ``--profile``: then
 rank 0's functions by their own time over 10 more executes on hpcmm's blocks (cProfile), and the
 host's seconds of one execute before its product's window and after it.
 """
@@ -32,20 +36,23 @@ with hpcmm.Matmul(comm, size, size, size, dtype) as mm:
     c_own = mm.empty("C")
     kinds = {"own blocks": (a_own, b_own, c_own), "copied in": (a_own.copy(), b_own.copy(), c_own.copy())}
     for kind, (a, b, c) in kinds.items():
-        calls, products = [], []
+        calls, products, by_events = [], [], []
         for i in range(13):
             mm.execute(a, b, c)
             if i >= 3:
                 last = mm.last
                 marks = comm.allgather((last.start, last.start + last.seconds, last.product_start,
-                                        last.product_start + last.product_seconds))
+                                        last.product_end, last.product_start + last.product_seconds))
                 calls.append(max(m[1] for m in marks) - min(m[0] for m in marks))
                 products.append(max(m[3] for m in marks) - min(m[2] for m in marks))
-        call, product = float(np.median(calls)), float(np.median(products))
+                by_events.append(max(m[4] for m in marks) - min(m[2] for m in marks))
+        call, product, events = (float(np.median(x)) for x in (calls, products, by_events))
         if comm.rank == 0:
             print(json.dumps({"ranks": comm.size, "n": size, "dtype": dtype, "operands": kind, "execute_s": call,
                               "product_s": product, "host_s": call - product,
                               "host_fraction": (call - product) / product,
+                              "product_events_s": events, "outside_events_s": call - events,
+                              "outside_events_fraction": (call - events) / events,
                               "tflops": 2 * size ** 3 / call / 1e12, "plan_s": mm.plan_seconds,
                               "backend": plan.backend}))
 
