@@ -8,7 +8,9 @@ a tile is claimed with one atomic ``Fetch_and_op``, so it is computed exactly on
 takes its own tiles in order; once they are gone it takes the unclaimed tiles of the others
 (the next rank first), reading their A and B panels from their owners' blocks and writing the
 tile where its owner's C block holds it.  Every element of C is written once per product; the
-blocks are where the verification and the results file look for them.
+blocks are where the verification and the results file look for them.  Ranks that share a GPU by
+time slices (no MPS) leave every tile to the first of them (:func:`~hpcmm.planning.choices.tile_workers`):
+one context then keeps the GPU busy, each block one tile.
 
 No panel moves: the GEMMs read the owners' memory (on one GPU, the same device memory; between
 GPUs of a node, over NVLink through peer access).  The product ends when every rank has
@@ -38,8 +40,12 @@ from .transport.channel import select_paths
 
 __all__ = ["DynamicEngine", "DynamicTimes"]
 
-#: Tiles a rank's device may have queued when it claims the next: the next starts as one ends.
-QUEUED_TILES = 2
+#: Tiles a rank's device may still be running when it claims the next, where several ranks compute:
+#: none, so that a slow rank never holds a tile queued behind its running one while a free rank
+#: could take it (it would end the product late by one of its slow tiles).  The host's claim between
+#: two tiles costs the device some tens of µs against milliseconds of a tile's GEMMs.  A lone
+#: worker queues every tile at once: nobody could take them.
+QUEUED_TILES = 1
 
 
 def merged_spans(steps: list[Step]) -> list[Step]:
@@ -109,6 +115,10 @@ class DynamicEngine:
         #: Every rank's tiles (:func:`~hpcmm.planning.choices.tile_rows`), and the plan each tile runs (its owner's
         #: SUMMA steps, in k order).
         self.tiles = choices.tiles
+        #: The ranks that compute tiles (:func:`~hpcmm.planning.choices.tile_workers`), and how many tiles a
+        #: worker's device may hold when it claims the next.
+        self.workers = choices.workers or tuple(range(size))
+        self.queued = QUEUED_TILES if len(self.workers) > 1 else max(1, sum(len(t) for t in self.tiles))
         self._steps = [self._owner_steps(rank) for rank in range(size)]
         self.plan = self._steps[topo.rank]
         #: Per rank: the GEMMs each of its tiles runs (its steps merged where they read the same blocks).
@@ -205,7 +215,8 @@ class DynamicEngine:
                     self.bytes_by_pair[(source, self.topo.rank, self.peers.path)] += part.nbytes
 
     def multiply(self) -> DynamicTimes:
-        """One product ``C = A·B`` over the node: own tiles first, then the others' unclaimed ones."""
+        """One product ``C = A·B`` over the node: own tiles first, then the others' unclaimed ones (a rank
+        that is not a worker computes none: its device's worker takes them)."""
         backend, comm, me = self.backend, self.topo.comm, self.topo.rank
         stream = backend.compute_stream
         self.bytes_by_pair.clear()
@@ -218,13 +229,15 @@ class DynamicEngine:
         product_start = backend.event(stream)
         one, got = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         done = []  # (owner, tile, start event, end event)
-        size = comm.Get_size()
-        for owner in [(me + shift) % size for shift in range(size)]:
+        size, queued = comm.Get_size(), self.queued
+        owners = [(me + shift) % size for shift in range(size)] if me in self.workers else []
+        for owner in owners:
             tiles = self.tiles[owner]
             while True:
-                # A GPU runs behind its host: claim a tile only once at most one queued tile is left,
-                # so that the tiles go to the ranks whose device is free, not whose host is fast.
-                while len(done) >= QUEUED_TILES and not backend.event_done(done[-QUEUED_TILES][3]):
+                # A GPU runs behind its host: claim a tile only once the device has fewer than
+                # `queued` left, so that the tiles go to the ranks whose device is free, not whose
+                # host is fast.
+                while len(done) >= queued and not backend.event_done(done[-queued][3]):
                     self._progress()
                 index = self._claim(owner, one, got)
                 if index >= len(tiles):

@@ -40,6 +40,7 @@ from .balance import Balance, gather_balance
 from ..errors import collective
 from .grid_orientation import facing
 from ..geometry.layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid
+from .choices import tile_workers
 from .mps import MpsState, detect, shared_without_mps, sharing_hint
 from ..execution.topology import choose_grid
 
@@ -107,6 +108,13 @@ class Arrangement:
         if not self.on_gpu:
             return {}
         return shared_without_mps(self.balance.devices, [s.active for s in self.mps])
+
+    @property
+    def tile_workers(self) -> tuple[int, ...]:
+        """The grid positions that compute ``--balance dynamic`` tiles
+        (:func:`hpcmm.planning.choices.tile_workers`)."""
+        devices = [self.balance.devices[launch].key for launch in self.order]
+        return tile_workers(devices, [self.mps[launch].active for launch in self.order], self.on_gpu)
 
     @property
     def mps_everywhere(self) -> bool:

@@ -133,10 +133,11 @@ def _engine(launch, backend, config: RunConfig, shape, arrangement: Arrangement,
     if choice.layers is None:
         with arranged(launch, config, arrangement.order, arrangement.grid) as topo:
             layout = _layout(topo, config, shape, arrangement)
-            choices = summa_choices(topo, backend, layout, config)
+            choices = summa_choices(topo, backend, layout, config, workers=arrangement.tile_workers)
             weights = () if layout.weights is None else tuple(layout.weights)
             plan = _plan(launch, backend, config, shape, aware, semantics, choices, algorithm="summa", layers=1,
-                         grid=str(layout.grid), rank_order=tuple(arrangement.order), weights=weights)
+                         grid=str(layout.grid), rank_order=tuple(arrangement.order), weights=weights,
+                         tile_workers=choices.workers)
             executor = DynamicEngine if config.balance == "dynamic" else Engine
             with executor(topo, backend, layout, choices, config, aware) as engine:
                 yield plan, engine

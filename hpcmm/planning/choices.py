@@ -51,24 +51,71 @@ __all__ = [
 
 #: The fewest rows of a dynamic tile: narrower tiles leave the GEMM too little work (GPU, CPU).
 LEAST_TILE_ROWS = {True: 256, False: 32}
-#: Dynamic tiles per rank where its block has rows enough: enough to even out a rank at half speed.
+#: Dynamic tiles per worker where the blocks have rows enough: enough to even out a rank at half speed.
 TILES_PER_RANK = 8
 
 
-def tile_rows(rows: int, on_gpu: bool) -> tuple[tuple[int, int], ...]:
+def tiles_per_block(blocks: int, workers: int) -> int:
+    """How many tiles each of ``blocks`` C blocks is cut into for ``workers`` ranks that compute them.
+
+    :data:`TILES_PER_RANK` per worker in all; one tile per block where one rank computes every tile
+    (nothing to hand out: the fewest, widest GEMMs).
+
+    >>> tiles_per_block(4, 4), tiles_per_block(8, 2), tiles_per_block(8, 1)
+    (8, 2, 1)
+    """
+    if workers <= 1:
+        return 1
+    return max(1, -(-TILES_PER_RANK * workers // max(1, blocks)))
+
+
+def tile_rows(rows: int, on_gpu: bool, count: int = TILES_PER_RANK) -> tuple[tuple[int, int], ...]:
     """The row ranges of one C block's tiles for ``--balance dynamic`` (:mod:`hpcmm.execution.dynamic`): up to
-    :data:`TILES_PER_RANK`, none under :data:`LEAST_TILE_ROWS` rows (one tile where the block is smaller).
+    ``count`` (:func:`tiles_per_block`), none under :data:`LEAST_TILE_ROWS` rows (one tile where the block is smaller).
 
     >>> tile_rows(1000, on_gpu=False)[:3], len(tile_rows(1000, on_gpu=False))
     (((0, 125), (125, 250), (250, 375)), 8)
-    >>> tile_rows(300, on_gpu=True), tile_rows(0, on_gpu=True)
-    (((0, 300),), ())
+    >>> tile_rows(300, on_gpu=True), tile_rows(0, on_gpu=True), tile_rows(4096, on_gpu=True, count=1)
+    (((0, 300),), (), ((0, 4096),))
     """
     if rows <= 0:
         return ()
-    count = max(1, min(TILES_PER_RANK, rows // LEAST_TILE_ROWS[on_gpu]))
+    count = max(1, min(count, rows // LEAST_TILE_ROWS[on_gpu]))
     cuts = [rows * i // count for i in range(count + 1)]
     return tuple(zip(cuts[:-1], cuts[1:]))
+
+
+def tile_workers(devices, mps_active, on_gpu: bool) -> tuple[int, ...]:
+    """The ranks that compute ``--balance dynamic`` tiles: every rank, except that of ranks sharing a
+    GPU by time slices (not every one of them under MPS) only the first computes, for all of them.
+
+    Time-sliced contexts run one at a time and pay for each switch; one context keeps the whole GPU
+    busy with the fewest, widest GEMMs (measurements: docs/performance.md, ``--balance``).
+
+    Parameters
+    ----------
+    devices : sequence
+        Each rank's device key (ranks with equal keys share the device), in rank order.
+    mps_active : sequence of bool
+        Each rank's MPS state, in rank order.
+    on_gpu : bool
+        CPU ranks each compute: their BLAS threads run side by side.
+
+    >>> tile_workers(["g0"] * 4, [False] * 4, True), tile_workers(["g0", "g1", "g0", "g1"], [False] * 4, True)
+    ((0,), (0, 1))
+    >>> tile_workers(["g0"] * 2, [True, True], True), tile_workers(["cpu"] * 3, [False] * 3, False)
+    ((0, 1), (0, 1, 2))
+    """
+    if not on_gpu:
+        return tuple(range(len(devices)))
+    ranks_of: dict = {}
+    for rank, device in enumerate(devices):
+        ranks_of.setdefault(device, []).append(rank)
+    workers = []
+    for ranks in ranks_of.values():
+        sliced = len(ranks) > 1 and not all(mps_active[r] for r in ranks)
+        workers += ranks[:1] if sliced else ranks
+    return tuple(sorted(workers))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +143,10 @@ class EngineChoices:
     #: when the check ran.
     operand_bytes: int = 0
     free_bytes: int = 0
-    #: ``--balance dynamic``: every rank's C tiles (row ranges of its block); empty otherwise.
+    #: ``--balance dynamic``: every rank's C tiles (row ranges of its block), and the ranks that compute
+    #: them (:func:`tile_workers`); empty otherwise.
     tiles: tuple = ()
+    workers: tuple = ()
 
     @property
     def ring(self) -> int:
@@ -317,11 +366,13 @@ def channel_slots(prefetch: int, row_vnodes, col_vnodes) -> tuple[int, int]:
                  for vnodes in (row_vnodes, col_vnodes))
 
 
-def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineChoices:
+def summa_choices(topo, backend, layout: Layout, config: RunConfig, workers: tuple[int, ...] | None = None
+                  ) -> EngineChoices:
     """Collective over ``topo``: the choices of a SUMMA engine on ``layout``, its memory checked.
 
     ``config.panel`` ``None``: the widest of :func:`~hpcmm.planning.algorithms.panel_candidates`
-    whose rings fit every device (:func:`widest_fitting`).
+    whose rings fit every device (:func:`widest_fitting`).  ``workers``: with ``--balance dynamic``,
+    the ranks that compute tiles (:func:`tile_workers`; every rank where not given).
 
     Raises
     ------
@@ -364,14 +415,18 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig) -> EngineCho
     steps = tuple(rank_plan(layout, topo.rank, panel, prefetch, own_order=order_of_steps == "own-first"))
     tiles, most_steps = (), max(topo.comm.allgather(len(steps)))
     if config.balance == "dynamic":  # any rank may compute every tile: that many records per product
+        workers = tuple(range(topo.size)) if workers is None else tuple(workers)
         c_shapes = [layout.local_shapes(rank)["C"] for rank in range(topo.size)]
-        tiles = tuple(tile_rows(rows, backend.on_gpu) if cols else () for rows, cols in c_shapes)
+        count = tiles_per_block(topo.size, len(workers))
+        tiles = tuple(tile_rows(rows, backend.on_gpu, count) if cols else () for rows, cols in c_shapes)
         most_steps = max(1, sum(len(t) for t in tiles))
+    else:
+        workers = ()
     return EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
                          step_order=order_of_steps, rank_steps=steps, steps=most_steps, needed_bytes=needed(panel),
                          device_bytes=device_bytes, slots=slots,
                          operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, operand_slots, relayout)[0],
-                         free_bytes=int(free), tiles=tiles)
+                         free_bytes=int(free), tiles=tiles, workers=workers)
 
 
 def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int],

@@ -112,6 +112,9 @@ class Plan:
     #: The blocks' balance mode and each rank's weight (``()``: near-equal blocks).
     balance: str = "share"
     weights: tuple[float, ...] = ()
+    #: ``--balance dynamic``: the grid positions that compute tiles (ranks that share a GPU by time
+    #: slices leave them to the first of them); ``()`` otherwise.
+    tile_workers: tuple[int, ...] = ()
     panel: int = 0
     panel_auto: bool = True
     prefetch: int = 0

@@ -10,6 +10,7 @@ Run: ``mpiexec -n 4 python -m pytest --with-mpi tests/mpi/test_dynamic_mpi.py``.
 from __future__ import annotations
 
 import collections
+import json
 import time
 
 import h5py
@@ -60,7 +61,8 @@ def test_every_tile_is_computed_exactly_once_per_product(mpi_tmp_path):
         for product, tiles in per_product.items():
             assert len(tiles) == len(set(tiles)), f"product {product}: a tile computed twice"
             owners = collections.Counter(owner for owner, _ in tiles)
-            assert owners == {rank: 8 for rank in range(P)}, owners  # 300 rows per block: 8 tiles each
+            # 300 rows per block: 8 tiles each, or one where a lone rank computes them all
+            assert owners == {rank: 8 if P > 1 else 1 for rank in range(P)}, owners
             covered = collections.defaultdict(int)
             for row in rows[rows["product"] == product]:
                 covered[int(row["owner"])] += int(row["row1"] - row["row0"])
@@ -147,3 +149,27 @@ def test_a_wrong_tile_fails_the_check(mpi_tmp_path, monkeypatch, verify):
     cfg = config(mpi_tmp_path, m=64 * P + 3, n=33, k=120, balance="dynamic", verify=verify, save_c=False)
     message = raised_everywhere(lambda: hpcmm.run(cfg, comm=COMM, write=False), hpcmm.errors.VerificationError)
     assert message.startswith(f"verification failed: {verify} residual"), message
+
+
+def test_ranks_that_time_slice_one_gpu_leave_every_tile_to_one_worker(mpi_tmp_path, monkeypatch):
+    """Where the ranks share one GPU by time slices the first of them computes every block, one tile each,
+    and the product is still right (here on CPU, the workers given as the plan would find them)."""
+    from hpcmm.planning.arrangement import Arrangement
+
+    monkeypatch.setattr(Arrangement, "tile_workers", property(lambda self: (0,)))
+    cfg = config(mpi_tmp_path, m=300 * P + 11, n=45, k=120, balance="dynamic", iters=2, warmup=1, panel=32,
+                 verify="full", save_c=False)
+    result = hpcmm.run(cfg, comm=COMM)
+    everywhere(result.check.passed, f"residual {result.check.residual}")
+
+    def check():
+        rows, taken = _tiles(cfg.out)
+        with h5py.File(cfg.out, "r") as f:
+            assert json.loads(f["config"].attrs["plan"])["tile_workers"] == [0]
+        assert {int(r["rank"]) for r in rows} == {0}
+        per_product = collections.Counter((int(r["product"]), int(r["owner"]), int(r["tile"])) for r in rows)
+        assert sorted(per_product) == [(p, owner, 0) for p in range(2) for owner in range(P)]  # one tile a block
+        assert set(per_product.values()) == {1}
+        assert taken == (0.0 if P == 1 else (P - 1) / P)
+
+    on_rank0(check)

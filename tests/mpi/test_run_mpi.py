@@ -64,6 +64,8 @@ def on_rank0(check) -> None:
             check()
         except AssertionError as exc:
             message = str(exc) or "assertion failed"
+        except Exception as exc:  # noqa: BLE001 - any error on rank 0 must reach every rank, not hang them
+            message = f"{type(exc).__name__}: {exc}"
     everywhere(not message, message)
 
 
