@@ -29,7 +29,7 @@ from hpcmm.execution.engine import Engine
 from hpcmm.io.inputs import generate_block
 from hpcmm.geometry.layout import Grid, Layout
 from hpcmm.model.cost import Problem, builtin, predict
-from hpcmm.cli.summary import print_summary, summary_figures
+from hpcmm.cli.summary import dynamic_figures, print_summary, summary_figures, summary_rows
 from hpcmm.dtypes import product_flops
 from hpcmm.execution.topology import Topology
 from hpcmm.verify import Check
@@ -185,6 +185,25 @@ def test_summary_figures_to_the_digit():
     assert s["gemm_seconds_max"] == 2.0 and s["load_imbalance"] == 2.0 / 1.5 - 1.0
     assert (s["residual"], s["tolerance"], s["verify_detectable"], s["verified"]) == (1e-9, 2e-8, 0.003, True)
     assert s["paths"] == ["ipc"]
+
+
+def test_load_imbalance_compares_only_the_ranks_that_computed():
+    """Dynamic tiles of a time-sliced GPU go to one worker: the idle ranks are no imbalance, and
+    the summary says how many ranks computed."""
+    steps = _steps(4, 2, 1, gemm=0.0, wait=0.0)
+    steps[0, :, 0, 0] = 3.0  # rank 0 computes for the GPU's four ranks
+    steps[2, :, 0, 0] = 2.0  # rank 2: a second GPU's worker, a little ahead
+    args = dict(m=8, n=8, k=8, dtype="float64", ranks=4, gpus=2, product_seconds=[3.0, 3.0],
+                step_seconds=steps, host_seconds=np.zeros((4, 2, 1)), check=None, paths=set())
+    assert summary_figures(**args)["load_imbalance"] == 3.0 / 1.25 - 1.0  # every rank counted
+    s = summary_figures(**args, workers=(0, 2))
+    assert s["load_imbalance"] == 3.0 / 2.5 - 1.0 and s["gemm_seconds_max"] == 3.0
+    rows = [dict(product=p, rank=r, owner=o) for p in (0, 1) for r, o in ((0, 0), (0, 1), (2, 2), (2, 3))]
+    s.update(dynamic_figures(rows, (0, 2)), panel=1, prefetch=1)
+    assert (s["dynamic_tiles_least"], s["dynamic_tiles_most"], s["dynamic_workers"]) == (2, 2, 2)
+    assert s["dynamic_taken_fraction"] == 0.5
+    assert dict(summary_rows(s))["tiles taken (dynamic)"].endswith("; 2 of 4 ranks computed "
+                                                                  "(the others time-slice a GPU with one of them)")
 
 
 def test_summary_is_printed_whole():

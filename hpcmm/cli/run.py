@@ -402,6 +402,11 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
     )
 
 
+def _engine_workers(engine) -> tuple[int, ...]:
+    """The ranks that compute: with ``--balance dynamic``, the tile workers; else every rank."""
+    return tuple(getattr(engine, "workers", None) or range(engine.topo.size))
+
+
 def _predicted_imbalance(engine) -> float:
     """The blocks' predicted imbalance (2.5D: of one layer's grid; every layer has the same rows and columns)."""
     if isinstance(engine, LayeredEngine):
@@ -423,13 +428,13 @@ def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: 
             summary = summary_figures(m=engine.layout.m, n=engine.layout.n, k=engine.layout.k, dtype=config.dtype,
                                       ranks=topo.size, gpus=figures.gpus, product_seconds=figures.product_seconds,
                                       step_seconds=figures.step_seconds, host_seconds=figures.host_seconds,
-                                      check=check, paths=figures.paths)
+                                      check=check, paths=figures.paths, workers=_engine_workers(engine))
             summary.update(panel=engine.panel, prefetch=engine.prefetch, gemm_order=engine.gemm_order_label,
                            gemm_library_used=libraries_used([row for r in reports for row in r.gemms],
                                                             engine.backend.on_gpu),
                            peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports),
                            **busiest_device([r.topology for r in reports], [r.memory for r in reports]),
-                           **(dynamic_figures([row for r in reports for row in r.tiles], topo.size)
+                           **(dynamic_figures([row for r in reports for row in r.tiles], _engine_workers(engine))
                               if reports[0].tiles is not None else {}),
                            predicted_imbalance=_predicted_imbalance(engine), plan_seconds=setup.plan_seconds,
                            **setup.arrangement.summary(),

@@ -98,7 +98,7 @@ def gathered_figures(reports, windows, transport_paths) -> Gathered:
 
 
 def summary_figures(*, m, n, k, dtype, ranks, gpus, product_seconds, step_seconds, host_seconds, check,
-                    paths) -> dict:
+                    paths, workers=None) -> dict:
     """Figures for the terminal and ``/summary``.
 
     Parameters
@@ -110,6 +110,9 @@ def summary_figures(*, m, n, k, dtype, ranks, gpus, product_seconds, step_second
     host_seconds : array (ranks, iters, steps)
         The rest of each gap before a GEMM (panels there, GEMM not yet launched).
     check : Check or None
+    workers : sequence of int, optional
+        The ranks that compute (``--balance dynamic`` leaves the tiles of a time-sliced GPU to one
+        rank); the load imbalance compares these only, so a rank given no work does not read as idle.
     """
     product_seconds = np.asarray(product_seconds, dtype=np.float64)
     step_seconds = np.asarray(step_seconds, dtype=np.float64)
@@ -117,7 +120,7 @@ def summary_figures(*, m, n, k, dtype, ranks, gpus, product_seconds, step_second
     median = float(np.median(product_seconds))
     flops = product_flops(m, n, k, dtype)
     busy = step_seconds[..., 0].sum(axis=2)  # ranks × iters: GEMM seconds
-    busy_med = np.median(busy, axis=1)
+    busy_med = np.median(busy, axis=1)[list(workers) if workers else slice(None)]
     imbalance = float(busy_med.max() / busy_med.mean() - 1.0) if busy_med.mean() > 0 else 0.0
     exposed = float(np.median(step_seconds[..., 2].sum(axis=2).max(axis=0)))
     host = float(np.median(host_seconds.sum(axis=2).max(axis=0))) if host_seconds.size else 0.0
@@ -178,15 +181,16 @@ def busiest_device(topology: list[dict], memory: list[dict]) -> dict:
             "memory_peak_bytes": sum(r["peak_bytes"] for r in rows)}
 
 
-def dynamic_figures(tiles: list[dict], ranks: int) -> dict:
+def dynamic_figures(tiles: list[dict], workers) -> dict:
     """``--balance dynamic``: the share of tiles a rank computed for another, and the most one rank computed.
 
-    ``tiles``: the rows of ``/timings/tiles`` (``product``, ``rank``, ``owner`` ...).  Medians over
-    the timed products: ``dynamic_taken_fraction`` (tiles computed by a rank other than their
-    owner, over all tiles), ``dynamic_tiles_most`` and ``dynamic_tiles_least`` (per rank).
+    ``tiles``: the rows of ``/timings/tiles`` (``product``, ``rank``, ``owner`` ...); ``workers``:
+    the ranks that compute tiles.  Medians over the timed products: ``dynamic_taken_fraction``
+    (tiles computed by a rank other than their owner, over all tiles), ``dynamic_tiles_most`` and
+    ``dynamic_tiles_least`` (per worker), and ``dynamic_workers`` (how many ranks computed tiles).
 
     >>> rows = [dict(product=0, rank=0, owner=0), dict(product=0, rank=0, owner=1), dict(product=0, rank=1, owner=1)]
-    >>> dynamic_figures(rows, 2)["dynamic_taken_fraction"]
+    >>> dynamic_figures(rows, (0, 1))["dynamic_taken_fraction"]
     0.3333333333333333
     """
     products = sorted({row["product"] for row in tiles})
@@ -198,9 +202,9 @@ def dynamic_figures(tiles: list[dict], ranks: int) -> dict:
         taken.append(sum(row["rank"] != row["owner"] for row in mine) / len(mine))
         counts = collections.Counter(row["rank"] for row in mine)
         most.append(max(counts.values()))
-        least.append(min(counts.get(rank, 0) for rank in range(ranks)))
+        least.append(min(counts.get(rank, 0) for rank in workers))
     return {"dynamic_taken_fraction": float(np.median(taken)), "dynamic_tiles_most": int(np.median(most)),
-            "dynamic_tiles_least": int(np.median(least))}
+            "dynamic_tiles_least": int(np.median(least)), "dynamic_workers": len(workers)}
 
 
 def _memory(s: dict) -> str:
@@ -229,6 +233,14 @@ def _imbalance(s: dict) -> str:
     if "balance" not in s:  # a file written before --balance
         return measured
     return f"{measured} measured, {100 * s['predicted_imbalance']:.1f} % predicted (balance {s['balance']})"
+
+
+def _workers(s: dict) -> str:
+    """``; 1 of 8 ranks computed (the others share its GPU by time slices)`` where not every rank computed."""
+    workers, ranks = s.get("dynamic_workers", s["ranks"]), s["ranks"]
+    if workers == ranks:
+        return ""
+    return f"; {workers} of {ranks} ranks computed (the others time-slice a GPU with one of them)"
 
 
 def _mps(s: dict) -> str:
@@ -268,7 +280,8 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
     if "dynamic_taken_fraction" in s:
         rows.append(("tiles taken (dynamic)", f"{100 * s['dynamic_taken_fraction']:.1f} % of the tiles computed by a "
                                               f"rank not their owner; {s['dynamic_tiles_least']}–"
-                                              f"{s['dynamic_tiles_most']} per rank"))
+                                              f"{s['dynamic_tiles_most']} per rank"
+                                              f"{_workers(s)}"))
     if "memory_operand_bytes" in s:
         rows.append((f"memory ({s['memory_ranks']} rank(s)/device)", _memory(s)))
     rows += [
