@@ -27,9 +27,10 @@ from .planning.algorithms.layers import parse_algo
 
 #: Values of ``--balance`` (:mod:`hpcmm.planning.balance`; kept here, where no module imports numpy, so that
 #: ``import hpcmm`` stays light and ``python -m hpcmm`` blocks signals before any thread exists).
-BALANCE_MODES = ("share", "measured", "product", "dynamic", "none")
-#: The balance used when none is given.
-DEFAULT_BALANCE = "share"
+BALANCE_MODES = ("auto", "share", "measured", "product", "dynamic", "none")
+#: The balance used when none is given: ``dynamic`` where it measured ahead, else ``share``
+#: (:func:`hpcmm.planning.balance.mode_for`).
+DEFAULT_BALANCE = "auto"
 
 __all__ = [
     "BALANCE_MODES",
@@ -313,7 +314,7 @@ ENVIRONMENT: dict[str, EnvSetting] = {
         "panels in flight ahead of the GEMM",
     ),
     "HPCMM_BALANCE": EnvSetting(
-        "balance", _choice("HPCMM_BALANCE", BALANCE_MODES), "share, measured, product, dynamic or none"
+        "balance", _choice("HPCMM_BALANCE", BALANCE_MODES), "auto, share, measured, product, dynamic or none"
     ),
     "HPCMM_ALGO": EnvSetting(
         "algo", lambda t: str(parse_algo(t, "HPCMM_ALGO")),
@@ -430,6 +431,8 @@ class RunConfig:
     from_environment: frozenset[str] = dataclasses.field(default=frozenset(), metadata={"provenance": True})
     #: The command line that started the run (the file's ``command`` attribute); ``None``: ``sys.argv``.
     argv: tuple[str, ...] | None = dataclasses.field(default=None, metadata={"provenance": True})
+    #: ``auto`` where ``balance`` is the mode the planner chose for it; ``None`` where it was asked as is.
+    balance_asked: str | None = dataclasses.field(default=None, metadata={"provenance": True})
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):

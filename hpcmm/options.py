@@ -39,8 +39,9 @@ class MatmulOptions:
         The SUMMA process grid; default: the planner's.
     panel, prefetch : int
         SUMMA panel width and panels in flight ahead of the GEMM; default: the planner's rule.
-    balance : {"share", "measured", "product", "dynamic", "none"}
-        How blocks follow the ranks' speeds (measured at ``plan()``).
+    balance : {"auto", "share", "measured", "product", "dynamic", "none"}
+        How blocks follow the ranks' speeds (measured at ``plan()``); ``auto``: ``dynamic`` on one
+        node whose GPUs several ranks share, else ``share``.
     cuda_aware_mpi : {"auto", "yes", "no"}
         Whether device buffers may go to MPI between nodes.
     ranks_per_node : int

@@ -22,6 +22,7 @@ from hpcmm.planning.balance import (
     Device,
     device_of,
     equal_weights,
+    mode_for,
     gemm_rate,
     measured_weights,
     ranks_per_device,
@@ -37,7 +38,21 @@ def test_module_doctests():
 
 
 def test_modes():
-    assert MODES == ("share", "measured", "product", "dynamic", "none") and DEFAULT_MODE == "share"
+    assert MODES == ("auto", "share", "measured", "product", "dynamic", "none") and DEFAULT_MODE == "auto"
+
+
+@pytest.mark.parametrize("nodes, on_gpu, most, summa, mode", [
+    (1, True, 8, True, "dynamic"),  # time slices or MPS on one GPU: dynamic measured ahead
+    (1, True, 2, True, "dynamic"),
+    (1, True, 1, True, "share"),  # a GPU per rank: not measured ahead
+    (2, True, 8, True, "share"),  # dynamic balances one node only
+    (1, False, 4, True, "share"),  # CPUs
+    (1, True, 8, False, "share"),  # 2.5D
+])
+def test_auto_is_dynamic_only_where_several_ranks_share_a_gpu_of_one_node(nodes, on_gpu, most, summa, mode):
+    assert mode_for("auto", nodes=nodes, on_gpu=on_gpu, most_per_gpu=most, summa=summa) == mode
+    assert all(mode_for(asked, nodes=nodes, on_gpu=on_gpu, most_per_gpu=most, summa=summa) == asked
+               for asked in MODES if asked != "auto")
 
 
 # -- share --------------------------------------------------------------------
@@ -133,7 +148,7 @@ def test_weights_for_each_mode():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: weights_for("fastest", ["a"]), "--balance='fastest': expected one of share, measured, product, dynamic, none"),
+    (lambda: weights_for("fastest", ["a"]), "--balance='fastest': expected one of auto, share, measured, product, dynamic, none"),
     (lambda: weights_for("measured", ["a", "b"]), "needs the measured GEMM rates"),
     (lambda: weights_for("measured", ["a", "b"], [1.0]), "1 GEMM rates for 2 ranks"),
     (lambda: share_weights([]), "no devices"),

@@ -36,7 +36,7 @@ BAD_CONFIGS = [
     ({"device": "tpu"}, "--device='tpu'"),
     ({"verify": "maybe"}, "--verify='maybe'"),
     ({"cuda_aware_mpi": "perhaps"}, "--cuda-aware-mpi='perhaps'"),
-    ({"balance": "fastest"}, "--balance='fastest': expected one of share, measured, product, dynamic, none"),
+    ({"balance": "fastest"}, "--balance='fastest': expected one of auto, share, measured, product, dynamic, none"),
     ({"panel": 0}, "--panel=0"),
     ({"prefetch": -1}, "--prefetch=-1"),
     ({"prefetch": 9}, "--prefetch=9: expected an integer from 0 to 8"),
@@ -320,7 +320,7 @@ def test_version_flag(capsys):
     (["--no-timeline"], {"HPCMM_TIMELINE": "yes"}, "timeline", False),
     ([], {"HPCMM_RANKS_PER_NODE": "2"}, "ranks_per_node", 2),
     (["--ranks-per-node", "1"], {"HPCMM_RANKS_PER_NODE": "2"}, "ranks_per_node", 1),
-    ([], {}, "balance", "share"),
+    ([], {}, "balance", "auto"),
     ([], {"HPCMM_BALANCE": "none"}, "balance", "none"),
     (["--balance", "measured"], {"HPCMM_BALANCE": "none"}, "balance", "measured"),
 ])

@@ -244,7 +244,9 @@ def test_run_reports_median_window_and_complex_flops(tmp_path, monkeypatch):
     said = []
     config = RunConfig(m=m, n=n, k=k, dtype="complex64", device="cpu", panel=4, warmup=1, iters=3,
                        out=str(tmp_path / "r.h5"))
+    before = time.perf_counter()
     result = hpcmm.run(config, comm=MPI.COMM_SELF, progress=said.append)
+    after = time.perf_counter()
     s = result.summary
     assert s["seconds"] == pytest.approx(4.0, rel=1e-9)
     assert s["tflops"] == pytest.approx(8 * m * n * k / 4.0 / 1e12, rel=1e-9)
@@ -258,6 +260,9 @@ def test_run_reports_median_window_and_complex_flops(tmp_path, monkeypatch):
     with h5py.File(config.out, "r") as f:
         np.testing.assert_allclose(f["timings/product_seconds"][()], [2.0, 8.0, 4.0], rtol=1e-9)
         assert f["timings/start_seconds"].shape == (1, 3)
+        # On this process's own clock, in order: other programs' events can be placed among them.
+        starts = f["timings/product_start_seconds"][()]
+        assert starts.shape == (3,) and before < starts[0] <= starts[1] <= starts[2] < after
         assert f["timings/host_seconds"].shape == (1, 3, 4)
         assert f["timings"].attrs["clock"] in ("MPI.Wtime (global)", "ping-pong with rank 0")
         assert float(f["summary"].attrs["seconds"]) == pytest.approx(4.0, rel=1e-9)

@@ -83,7 +83,7 @@ def run(config: RunConfig, comm: MPI.Comm | None = None, *, progress=None, write
         # The line starts "grid RxC |" as it always has (job scripts and their tests wait for it).
         say(f"grid {layout.grid}{_layers_note(choice)} | {choice.ran} | {layout.m}x{layout.k} @ "
             f"{layout.k}x{layout.n} {config.dtype} | {backend.name} | panel {engine.panel}, "
-            f"{engine.steps} step(s) {engine.step_order}, prefetch {engine.prefetch} | balance {config.balance}")
+            f"{engine.steps} step(s) {engine.step_order}, prefetch {engine.prefetch} | balance {_balance_label(config)}")
         verify = _load_inputs(engine, config, sources, say)
         c0 = _initial_c(engine, config)
         timings = _timed_products(matmul, engine, config, c0, say)
@@ -115,6 +115,11 @@ def _check_before_work(comm, config: RunConfig, write: bool) -> tuple[MatrixSour
                                          f"a complex --dtype, not --dtype={config.dtype}")
                 sources = (a, b)
     return comm.bcast(sources, root=0)
+
+
+def _balance_label(config: RunConfig) -> str:
+    """``dynamic (auto)`` where the planner chose the mode, else the mode asked."""
+    return config.balance + (f" ({config.balance_asked})" if config.balance_asked else "")
 
 
 def _layers_note(choice: Choice) -> str:
@@ -394,6 +399,7 @@ def _results(engine: Engine, config: RunConfig, setup: Setup, reports: list[Rank
         extra={"timings": (
             {"clock": clock_method, "clock_uncertainty": max(r.clock_uncertainty for r in reports)},
             {"product_seconds": figures.product_seconds, "start_seconds": figures.start_seconds,
+             "product_start_seconds": figures.product_start_seconds,
              "host_seconds": figures.host_seconds, "plans": [row for r in reports for row in r.plan],
              "gemms": [row for r in reports for row in r.gemms],
              **({"tiles": [row for r in reports for row in r.tiles]} if reports[0].tiles is not None else {}),
@@ -437,7 +443,7 @@ def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: 
                            **(dynamic_figures([row for r in reports for row in r.tiles], _engine_workers(engine))
                               if reports[0].tiles is not None else {}),
                            predicted_imbalance=_predicted_imbalance(engine), plan_seconds=setup.plan_seconds,
-                           **setup.arrangement.summary(),
+                           **setup.arrangement.summary(), balance_asked=config.balance_asked or config.balance,
                            **setup.choice.summary())
             if write:
                 # Guarded: removed even should this process be killed while it writes.

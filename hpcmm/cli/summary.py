@@ -61,6 +61,7 @@ class Gathered:
     step_seconds: np.ndarray  # ranks × iters × steps × 3
     host_seconds: np.ndarray  # ranks × iters × steps
     product_seconds: np.ndarray  # iters: first rank's start to last rank's end
+    product_start_seconds: np.ndarray  # iters: first rank's start, on rank 0's perf_counter
     start_seconds: np.ndarray  # ranks × iters: each rank's start after the product's first
     transfers: list[dict]  # src, dst, path, bytes
     paths: set[str]  # the transport paths that moved bytes
@@ -90,6 +91,7 @@ def gathered_figures(reports, windows, transport_paths) -> Gathered:
         step_seconds=np.stack([r.step_seconds for r in reports]),
         host_seconds=np.stack([r.host_seconds for r in reports]),
         product_seconds=np.array([last - first for first, last in windows]),
+        product_start_seconds=firsts.astype(np.float64),
         start_seconds=np.stack([r.starts for r in reports]) - firsts,
         transfers=transfers,
         paths={t["path"] for t in transfers if t["path"] in transport_paths},
@@ -232,7 +234,9 @@ def _imbalance(s: dict) -> str:
     measured = f"{100 * s['load_imbalance']:.1f} %"
     if "balance" not in s:  # a file written before --balance
         return measured
-    return f"{measured} measured, {100 * s['predicted_imbalance']:.1f} % predicted (balance {s['balance']})"
+    asked = s.get("balance_asked", s["balance"])
+    mode = s["balance"] if asked == s["balance"] else f"{s['balance']}, the planner's for {asked}"
+    return f"{measured} measured, {100 * s['predicted_imbalance']:.1f} % predicted (balance {mode})"
 
 
 def _workers(s: dict) -> str:

@@ -26,7 +26,7 @@ from mpi4py import MPI
 from .algo_choice import Choice, Placed, choose
 from .algorithms.layers import Layers
 from .arrangement import Arrangement, arrange, arrangement_for
-from .balance import product_rate, weights_for
+from .balance import mode_for, product_rate, ranks_on_my_device, weights_for
 from .choices import EngineChoices, layered_choices, summa_choices
 from ..config import RunConfig
 from ..execution.dynamic import DynamicEngine
@@ -87,6 +87,7 @@ def assembled(comm: MPI.Comm, config: RunConfig, shape_from: Callable[[object, R
         nodes = node_ranks(launch)
         # On CPUs MPI moves the blocks' own (host) buffers: the model's "mpi" path, never "staged".
         choice = _choose(launch, config, shape, nodes, awareness.aware or not backend.on_gpu)
+        config = _resolve_balance(launch, backend, config, choice)
         arrangement = arrange(launch.comm, launch.host, backend, config, shape, launch.vnode_count)
         if arrangement.hint:  # ranks share a GPU without MPS
             say(arrangement.hint)
@@ -110,6 +111,17 @@ def _blas_threads(topo):
         yield setting
     finally:
         setting.restore()
+
+
+def _resolve_balance(launch, backend, config: RunConfig, choice: Choice) -> RunConfig:
+    """Collective: ``config`` with ``--balance auto`` replaced by the mode it stands for
+    (:func:`~hpcmm.planning.balance.mode_for`), from facts every rank gathers alike."""
+    if config.balance != "auto":
+        return config
+    most = max(launch.comm.allgather(ranks_on_my_device(launch.comm, backend, launch.host)))
+    mode = mode_for("auto", nodes=launch.vnode_count, on_gpu=backend.on_gpu, most_per_gpu=most,
+                    summa=choice.layers is None)
+    return dataclasses.replace(config, balance=mode, balance_asked="auto")
 
 
 def _choose(launch, config: RunConfig, shape, nodes, aware: bool) -> Choice:

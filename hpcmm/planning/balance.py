@@ -61,6 +61,7 @@ __all__ = [
     "gather_balance",
     "gemm_rate",
     "measured_weights",
+    "mode_for",
     "product_rate",
     "ranks_per_device",
     "share_weights",
@@ -193,7 +194,27 @@ def weights_for(mode: str, devices: Sequence[Hashable], rates: Sequence[float] |
         return share_weights(devices) if rates is None else weights_for("measured", devices, rates)
     if mode == "none":
         return equal_weights(len(devices))
+    if mode == "auto":
+        raise ValueError("--balance auto: the planner turns it into a mode (mode_for) before any weights")
     raise ValueError(f"--balance={mode!r}: expected one of {', '.join(MODES)}")
+
+
+def mode_for(asked: str, *, nodes: int, on_gpu: bool, most_per_gpu: int, summa: bool) -> str:
+    """The mode that ``auto`` stands for; any other mode stays as asked.
+
+    ``dynamic`` where the ranks are on one node and some GPU is shared by several of them (time
+    slices or MPS): there it measured ahead of every static mode (docs/performance.md, "Balance");
+    ``share`` elsewhere (a GPU per rank, CPUs, several nodes, 2.5D), where it is not measured ahead.
+
+    >>> mode_for("auto", nodes=1, on_gpu=True, most_per_gpu=8, summa=True)
+    'dynamic'
+    >>> mode_for("auto", nodes=1, on_gpu=True, most_per_gpu=1, summa=True), mode_for("none", nodes=1,
+    ...     on_gpu=True, most_per_gpu=8, summa=True)
+    ('share', 'none')
+    """
+    if asked != "auto":
+        return asked
+    return "dynamic" if nodes == 1 and on_gpu and most_per_gpu > 1 and summa else "share"
 
 
 def product_rate(flops: float, gemm_seconds: float) -> float:

@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
 # --balance dynamic against the static balances on one node's GPU(s), in one call.
 #
-#   bash tests/gpu/dynamic_check.sh          (about 5 minutes on one H200)
+#   bash tests/gpu/dynamic_check.sh          (about 5 minutes on one H200 for the first three parts)
 #
-# 1. Correctness: uneven products at 2 and 4 ranks with --balance dynamic --verify full.
-# 2. Ranks time-sliced on the GPU (no MPS): for each size of DYN_SIZES (default "8192 16384",
+# DYN_PARTS picks the parts (default "verify sliced mps"; all: "verify sliced mps default mpsequal
+# corunner threads"):
+# 1. verify: uneven products at 2 and 4 ranks with --balance dynamic --verify full.
+# 2. sliced: ranks time-sliced on the GPU (no MPS): for each size of DYN_SIZES (default "8192 16384",
 #    float64), 1 rank, then DYN_RANKS ranks (default "2 8") with share and with dynamic, in turns,
 #    DYN_ROUNDS rounds (default 3): TFLOP/s, the load imbalance, the tiles taken.
-# 3. Under an MPS control daemon of its own: 2 ranks, one given 25 % of the SMs and the other 75 %
+# 3. mps: under an MPS control daemon of its own: 2 ranks, one given 25 % of the SMs and the other 75 %
 #    (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, an MPMD launch), with share, measured (the static weights
 #    measured at start-up) and dynamic, in turns (DYN_MPS_N, default 16384; DYN_MPS=0 skips it).
+# 4. default: the command as a user types it, `mpiexec -n 8 python -m hpcmm`, time-sliced and under
+#    MPS: which balance the planner chose (the column "ran").
+# 5. mpsequal: DYN_RANKS ranks under MPS with no SM limit, share and dynamic, against 1 rank under MPS.
+# 6. corunner: tests/gpu/corunner.py (a GEMM loop in another process) starts halfway through 20
+#    products of 2 ranks at DYN_MPS_N, time-sliced and under MPS (the co-runner then an MPS client):
+#    share and dynamic, and as the best static split for the capacity left, share and measured
+#    with the co-runner there from the start; "after" is the rate of the products that started
+#    after the co-runner did (/timings/product_start_seconds against its own clock reading).
+# 7. threads: on the CPUs (--device cpu, DYN_CPU_N, default 4096), 2 ranks given DYN_CPU_THREADS
+#    (default "6 2") BLAS threads, an MPMD launch, with share, measured, product and dynamic,
+#    against the ideal: the sum of each thread count's rate alone at one rank.
 # Each run's row goes to $OUT/rows.tsv (round, case, ranks, n, balance, rc, TFLOP/s, imbalance,
-# tiles taken); the medians and their ratios are printed last.  Exit status: failed runs.
+# tiles taken, the balance that ran, TFLOP/s after a co-runner started); the medians and their
+# ratios are printed last.  Exit status: failed runs.
 # Where .device/env.sh is there (the kit), it is sourced in system mode (DYN_KIT=no: the mpiexec on PATH).
 set -u
 cd "$(dirname "$0")/../.."
@@ -21,13 +35,15 @@ mkdir -p "$OUT" "$work"
 log=$OUT/dynamic.log
 rows=$OUT/rows.tsv
 : > "$log"
-printf 'round\tcase\tranks\tn\tbalance\trc\ttflops\timbalance\ttaken\n' > "$rows"
+printf 'round\tcase\tranks\tn\tbalance\trc\ttflops\timbalance\ttaken\tran\tafter\n' > "$rows"
 export OMP_NUM_THREADS=1
 SIZES=${DYN_SIZES:-8192 16384}
 RANKS=${DYN_RANKS:-2 8}
 ROUNDS=${DYN_ROUNDS:-3}
 LIMIT=${DYN_TIMEOUT:-240}
 py=${DYN_PYTHON:-python3}
+PARTS=" ${DYN_PARTS:-verify sliced mps} "
+part() { [[ "$PARTS" == *" $1 "* ]]; }
 if [ -f .device/env.sh ] && [ "${DYN_KIT:-yes}" != no ]; then
   # shellcheck disable=SC1091
   source .device/env.sh system >> "$log" 2>&1 || { echo "env.sh failed" >&2; exit 1; }
@@ -49,13 +65,19 @@ one() {
   timeout --foreground "$LIMIT" "${cmd[@]}" >> "$log" 2>&1
   local rc=$?
   [ "$rc" = 0 ] || failed=$((failed + 1))
-  local facts="nan\tnan\tnan"
+  local facts="nan\tnan\tnan\t-\tnan"
   if [ "$rc" = 0 ]; then
-    facts=$($py - "$out" <<'PY' 2>> "$log"
-import sys, h5py
+    facts=$($py - "$out" "${CORUNNER_RECORD:-}" <<'PY' 2>> "$log"
+import json, sys, h5py, numpy as np
 with h5py.File(sys.argv[1], "r") as f:
     s = f["summary"].attrs
-    print(f"{s['tflops']:.3f}\t{s['load_imbalance']:.4f}\t{s.get('dynamic_taken_fraction', 0.0):.4f}")
+    after = float("nan")
+    if sys.argv[2]:  # the products that started after the co-runner did
+        began = json.load(open(sys.argv[2]))["start"]
+        late = f["timings/product_seconds"][()][f["timings/product_start_seconds"][()] >= began]
+        after = s["flops"] / np.median(late) / 1e12 if late.size else float("nan")
+    print(f"{s['tflops']:.3f}\t{s['load_imbalance']:.4f}\t{s.get('dynamic_taken_fraction', 0.0):.4f}\t"
+          f"{s['balance']}\t{after:.3f}")
 PY
 )
   fi
@@ -63,13 +85,13 @@ PY
 }
 
 # 1. correctness
-for ranks in 2 4; do
+part verify && for ranks in 2 4; do
   one 0 verify "$ranks" 10007 dynamic -- mpiexec -n "$ranks" $py -m hpcmm --m 10007 --n 6001 --k 3001 \
     --balance dynamic --verify full --quiet
 done
 
 # 2. time-sliced
-for round in $(seq "$ROUNDS"); do
+part sliced && for round in $(seq "$ROUNDS"); do
   for n in $SIZES; do
     one "$round" sliced 1 "$n" share -- mpiexec -n 1 $py -m hpcmm --m "$n" --quiet
     for ranks in $RANKS; do
@@ -80,20 +102,93 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 
-# 3. MPS, 25 % and 75 % of the SMs
-if [ "${DYN_MPS:-1}" != 0 ] && command -v nvidia-cuda-mps-control >/dev/null; then
+N_CO=${DYN_MPS_N:-16384}
+CO_ITERS=20
+# corunner_runs CASE: the co-runner part for one sharing (the MPS daemon, where wanted, already up)
+corunner_runs() {
+  local case=$1 launch=() start_at halfway record pid
+  # When the products are halfway: the first product's start after launch, and their length,
+  # from one run without the co-runner.
+  local clock_now='import time; print(time.perf_counter())'
+  start_at=$($py -c "$clock_now")
+  one 0 "$case-calibrate" 2 "$N_CO" share -- mpiexec -n 2 $py -m hpcmm --m "$N_CO" --iters "$CO_ITERS" --quiet
+  halfway=$($py - "$(outfile 0 "$case-calibrate" 2 "$N_CO" share)" "$start_at" <<'PY' 2>> "$log"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    first = f["timings/product_start_seconds"][0] - float(sys.argv[2])
+    print(first + np.median(f["timings/product_seconds"][()]) * len(f["timings/product_seconds"]) / 2)
+PY
+)
+  [ -n "$halfway" ] || { echo "$case: no calibration run" | tee -a "$log"; return; }
+  for round in $(seq "$ROUNDS"); do
+    for variant in share:half dynamic:half share:always measured:always; do
+      local balance=${variant%%:*} when=${variant##*:}
+      record=$work/corunner-$case-$round-$balance-$when.json
+      rm -f "$record"
+      start_at=$($py -c "$clock_now")
+      if [ "$when" = half ]; then
+        $py tests/gpu/corunner.py --start "$($py -c "print($start_at + $halfway)")" --record "$record" >> "$log" 2>&1 &
+      else
+        $py tests/gpu/corunner.py --start "$start_at" --record "$record" >> "$log" 2>&1 &
+        for _ in $(seq 600); do [ -f "$record" ] && break; sleep 0.1; done  # it runs before hpcmm starts
+      fi
+      pid=$!
+      CORUNNER_RECORD=$record one "$round" "$case-$when" 2 "$N_CO" "$balance" -- mpiexec -n 2 $py -m hpcmm \
+        --m "$N_CO" --iters "$CO_ITERS" --balance "$balance" --quiet
+      kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    done
+  done
+}
+
+# 4. the mission command, time-sliced
+part default && one 0 default-sliced 8 0 default -- mpiexec -n 8 $py -m hpcmm --quiet
+# 6. co-runner, time-sliced
+part corunner && corunner_runs corunner-sliced
+
+# 7. CPU threads
+if part threads; then
+  n=${DYN_CPU_N:-4096}
+  read -r t1 t2 <<< "${DYN_CPU_THREADS:-6 2}"
+  cpu=(-m hpcmm --device cpu --m "$n" --quiet)
+  for round in $(seq "$ROUNDS"); do
+    for t in "$t1" "$t2"; do
+      one "$round" threads 1 "$n" "alone-$t" -- mpiexec -n 1 env OMP_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" $py "${cpu[@]}"
+    done
+    for balance in share measured product dynamic; do
+      args=("${cpu[@]}" --balance "$balance" --out "$(outfile "$round" threads 2 "$n" "$balance")")
+      one "$round" threads 2 "$n" "$balance" -- mpiexec -n 1 env OMP_NUM_THREADS="$t1" OPENBLAS_NUM_THREADS="$t1" $py "${args[@]}" \
+        : -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" $py "${args[@]}"
+    done
+  done
+fi
+
+# 3. MPS, 25 % and 75 % of the SMs (and parts 4 to 6 under MPS)
+if { part mps || part default || part mpsequal || part corunner; } && [ "${DYN_MPS:-1}" != 0 ] \
+   && command -v nvidia-cuda-mps-control >/dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/hpcmm-dyn-mps-pipe-$$ CUDA_MPS_LOG_DIRECTORY=/tmp/hpcmm-dyn-mps-log-$$
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
   if nvidia-cuda-mps-control -d >> "$log" 2>&1; then
     n=${DYN_MPS_N:-16384}
-    for round in $(seq "$ROUNDS"); do
+    part mps && for round in $(seq "$ROUNDS"); do
       for balance in share measured dynamic; do
         args=(-m hpcmm --m "$n" --balance "$balance" --quiet --out "$(outfile "$round" mps25-75 2 "$n" "$balance")")
         one "$round" mps25-75 2 "$n" "$balance" -- mpiexec -n 1 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 $py "${args[@]}" \
           : -n 1 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=75 $py "${args[@]}"
       done
     done
+    part default && one 0 default-mps 8 0 default -- mpiexec -n 8 $py -m hpcmm --quiet
+    part mpsequal && for round in $(seq "$ROUNDS"); do
+      for n in $SIZES; do
+        one "$round" mpsequal 1 "$n" share -- mpiexec -n 1 $py -m hpcmm --m "$n" --quiet
+        for ranks in $RANKS; do
+          for balance in share dynamic; do
+            one "$round" mpsequal "$ranks" "$n" "$balance" -- mpiexec -n "$ranks" $py -m hpcmm --m "$n" --balance "$balance" --quiet
+          done
+        done
+      done
+    done
+    part corunner && corunner_runs corunner-mps
     echo quit | nvidia-cuda-mps-control >> "$log" 2>&1
     trap - EXIT
   else
@@ -103,7 +198,7 @@ fi
 
 # The medians, and each against its reference of the same call.
 $py - "$rows" <<'PY'
-import csv, statistics, sys
+import csv, os, statistics, sys
 from collections import defaultdict
 runs = defaultdict(list)
 with open(sys.argv[1]) as f:
@@ -111,23 +206,41 @@ with open(sys.argv[1]) as f:
         if r["rc"] == "0":
             runs[(r["case"], int(r["ranks"]), int(r["n"]), r["balance"])].append(r)
 def med(key, field):
-    vals = [float(r[field]) for r in runs.get(key, [])]
+    vals = [float(r[field]) for r in runs.get(key, []) if r.get(field) not in (None, "nan")]
     return statistics.median(vals) if vals else float("nan")
-print(f"{'case':<9} {'ranks':>5} {'n':>6} {'balance':<9} {'runs':>4} {'TFLOP/s median [range]':<24} "
-      f"{'imbalance':>9} {'taken':>6} {'ratio':>6}  reference")
+def best_static(case, n):
+    """The co-runner cases' reference: the better of share and measured with the co-runner there throughout."""
+    keys = [(case.replace("-half", "-always"), 2, n, b) for b in ("share", "measured")]
+    return max(keys, key=lambda k: med(k, "after") if runs.get(k) else float("-inf"))
+print(f"{'case':<20} {'ranks':>5} {'n':>6} {'balance':<9} {'ran':<8} {'runs':>4} {'TFLOP/s median [range]':<24} "
+      f"{'imbalance':>9} {'taken':>6} {'after':>7} {'ratio':>6}  reference")
 for key in sorted(runs, key=lambda k: (k[0], k[2], k[1], k[3])):
     case, ranks, n, balance = key
     vals = sorted(float(r["tflops"]) for r in runs[key])
-    if case == "sliced":
-        ref, what = ("sliced", 1, n, "share"), "1 rank"
+    field = "tflops"
+    if case in ("sliced", "mpsequal"):
+        ref, what = (case, 1, n, "share"), "1 rank"
     elif case == "mps25-75":
         ref, what = ("mps25-75", 2, n, "measured"), "measured"
+    elif case.startswith("corunner") and case.endswith("-half"):
+        ref = best_static(case, n)
+        what, field = f"best static ({ref[3]}, co-runner throughout), after the co-runner's start", "after"
+    elif case == "threads" and ranks == 2:
+        alone = [("threads", 1, n, f"alone-{t}") for t in os.environ.get("DYN_CPU_THREADS", "6 2").split()]
+        ideal = sum(med(k, "tflops") for k in alone)
+        ratio = med(key, "tflops") / ideal
+        ref, what = None, "ideal: " + " + ".join(f"{k[3]} {med(k, 'tflops'):.3f}" for k in alone)
     else:
         ref, what = None, ""
-    ratio = med(key, "tflops") / med(ref, "tflops") if ref else float("nan")
-    print(f"{case:<9} {ranks:>5} {n:>6} {balance:<9} {len(vals):>4} "
+    if ref:
+        ratio = med(key, field) / med(ref, field)
+    elif not (case == "threads" and ranks == 2):
+        ratio = float("nan")
+    ran = runs[key][0].get("ran", "-")
+    print(f"{case:<20} {ranks:>5} {n:>6} {balance:<9} {ran:<8} {len(vals):>4} "
           f"{statistics.median(vals):>8.2f} [{vals[0]:.2f}-{vals[-1]:.2f}]{'':<3} "
-          f"{100 * med(key, 'imbalance'):>8.1f}% {100 * med(key, 'taken'):>5.1f}% {ratio:>6.3f}  {what}")
+          f"{100 * med(key, 'imbalance'):>8.1f}% {100 * med(key, 'taken'):>5.1f}% {med(key, 'after'):>7.2f} "
+          f"{ratio:>6.3f}  {what}")
 PY
 echo "failed runs: $failed"
 exit "$failed"
