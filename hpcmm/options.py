@@ -41,7 +41,7 @@ class MatmulOptions:
         SUMMA panel width and panels in flight ahead of the GEMM; default: the planner's rule.
     balance : {"auto", "share", "measured", "product", "dynamic", "none"}
         How blocks follow the ranks' speeds (measured at ``plan()``); ``auto``: ``dynamic`` on one
-        node whose GPUs several ranks share, else ``share``.
+        node whose GPUs several ranks share without MPS, else ``share``.
     cuda_aware_mpi : {"auto", "yes", "no"}
         Whether device buffers may go to MPI between nodes.
     ranks_per_node : int

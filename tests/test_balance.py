@@ -41,17 +41,16 @@ def test_modes():
     assert MODES == ("auto", "share", "measured", "product", "dynamic", "none") and DEFAULT_MODE == "auto"
 
 
-@pytest.mark.parametrize("nodes, on_gpu, most, summa, mode", [
-    (1, True, 8, True, "dynamic"),  # time slices or MPS on one GPU: dynamic measured ahead
-    (1, True, 2, True, "dynamic"),
-    (1, True, 1, True, "share"),  # a GPU per rank: not measured ahead
-    (2, True, 8, True, "share"),  # dynamic balances one node only
-    (1, False, 4, True, "share"),  # CPUs
-    (1, True, 8, False, "share"),  # 2.5D
+@pytest.mark.parametrize("nodes, on_gpu, sliced, summa, mode", [
+    (1, True, True, True, "dynamic"),  # ranks take turns on a GPU: dynamic measured ahead
+    (1, True, False, True, "share"),  # a GPU per rank, or MPS: not measured ahead everywhere
+    (2, True, True, True, "share"),  # dynamic balances one node only
+    (1, False, False, True, "share"),  # CPUs
+    (1, True, True, False, "share"),  # 2.5D
 ])
-def test_auto_is_dynamic_only_where_several_ranks_share_a_gpu_of_one_node(nodes, on_gpu, most, summa, mode):
-    assert mode_for("auto", nodes=nodes, on_gpu=on_gpu, most_per_gpu=most, summa=summa) == mode
-    assert all(mode_for(asked, nodes=nodes, on_gpu=on_gpu, most_per_gpu=most, summa=summa) == asked
+def test_auto_is_dynamic_only_where_ranks_time_slice_a_gpu_of_one_node(nodes, on_gpu, sliced, summa, mode):
+    assert mode_for("auto", nodes=nodes, on_gpu=on_gpu, sliced=sliced, summa=summa) == mode
+    assert all(mode_for(asked, nodes=nodes, on_gpu=on_gpu, sliced=sliced, summa=summa) == asked
                for asked in MODES if asked != "auto")
 
 

@@ -179,7 +179,7 @@ def _add_run_options(p: argparse.ArgumentParser, out: str | None = None, problem
                         "'model --machine' (default h200x2)")
     g.add_argument("--balance", choices=BALANCE_MODES,
                    help="block sizes follow each rank's weight: auto (dynamic on one node whose GPUs several "
-                        "ranks share, share elsewhere), share (1 / the ranks on its GPU, or on its "
+                        "ranks share without MPS, share elsewhere), share (1 / the ranks on its GPU, or on its "
                         "host's CPU), measured (its rate in a short GEMM timing on every rank at start-up), "
                         "product (its rate in untimed products with the share blocks, 0.25 s: time slicing, MPS and "
                         "block shapes included), dynamic (one node: the share blocks cut into tiles that ranks "

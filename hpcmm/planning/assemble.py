@@ -26,7 +26,8 @@ from mpi4py import MPI
 from .algo_choice import Choice, Placed, choose
 from .algorithms.layers import Layers
 from .arrangement import Arrangement, arrange, arrangement_for
-from .balance import mode_for, product_rate, ranks_on_my_device, weights_for
+from .balance import device_of, mode_for, product_rate, weights_for
+from .mps import detect, shared_without_mps
 from .choices import EngineChoices, layered_choices, summa_choices
 from ..config import RunConfig
 from ..execution.dynamic import DynamicEngine
@@ -118,8 +119,11 @@ def _resolve_balance(launch, backend, config: RunConfig, choice: Choice) -> RunC
     (:func:`~hpcmm.planning.balance.mode_for`), from facts every rank gathers alike."""
     if config.balance != "auto":
         return config
-    most = max(launch.comm.allgather(ranks_on_my_device(launch.comm, backend, launch.host)))
-    mode = mode_for("auto", nodes=launch.vnode_count, on_gpu=backend.on_gpu, most_per_gpu=most,
+    with collective(launch.comm):
+        active = detect(backend.device_id if backend.on_gpu else None).active
+    devices = launch.comm.allgather(device_of(backend, launch.host))
+    sliced = bool(shared_without_mps(devices, launch.comm.allgather(active)))
+    mode = mode_for("auto", nodes=launch.vnode_count, on_gpu=backend.on_gpu, sliced=sliced,
                     summa=choice.layers is None)
     return dataclasses.replace(config, balance=mode, balance_asked="auto")
 

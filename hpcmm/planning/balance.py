@@ -199,22 +199,23 @@ def weights_for(mode: str, devices: Sequence[Hashable], rates: Sequence[float] |
     raise ValueError(f"--balance={mode!r}: expected one of {', '.join(MODES)}")
 
 
-def mode_for(asked: str, *, nodes: int, on_gpu: bool, most_per_gpu: int, summa: bool) -> str:
+def mode_for(asked: str, *, nodes: int, on_gpu: bool, sliced: bool, summa: bool) -> str:
     """The mode that ``auto`` stands for; any other mode stays as asked.
 
-    ``dynamic`` where the ranks are on one node and some GPU is shared by several of them (time
-    slices or MPS): there it measured ahead of every static mode (docs/performance.md, "Balance");
-    ``share`` elsewhere (a GPU per rank, CPUs, several nodes, 2.5D), where it is not measured ahead.
+    ``dynamic`` where the ranks are on one node and some GPU is shared by several of them without
+    MPS (``sliced``: they take turns): there it measured ahead of every static mode, and ``share``
+    elsewhere: under MPS it measured ahead or behind by case, and a GPU per rank, CPUs, several nodes
+    and 2.5D are not measured ahead (docs/performance.md, "Balance").
 
-    >>> mode_for("auto", nodes=1, on_gpu=True, most_per_gpu=8, summa=True)
+    >>> mode_for("auto", nodes=1, on_gpu=True, sliced=True, summa=True)
     'dynamic'
-    >>> mode_for("auto", nodes=1, on_gpu=True, most_per_gpu=1, summa=True), mode_for("none", nodes=1,
-    ...     on_gpu=True, most_per_gpu=8, summa=True)
+    >>> mode_for("auto", nodes=1, on_gpu=True, sliced=False, summa=True), mode_for("none", nodes=1,
+    ...     on_gpu=True, sliced=True, summa=True)
     ('share', 'none')
     """
     if asked != "auto":
         return asked
-    return "dynamic" if nodes == 1 and on_gpu and most_per_gpu > 1 and summa else "share"
+    return "dynamic" if nodes == 1 and on_gpu and sliced and summa else "share"
 
 
 def product_rate(flops: float, gemm_seconds: float) -> float:

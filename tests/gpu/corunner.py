@@ -3,12 +3,13 @@
 It takes the GPU's time (or, under MPS, its SMs) away from hpcmm's ranks from a given moment on,
 the way a second job on a shared GPU does::
 
-    python tests/gpu/corunner.py --start T --seconds 120 --record corunner.json
+    python tests/gpu/corunner.py --go GO --delay 9.5 --seconds 120 --record corunner.json
 
-``--start`` is a reading of ``time.perf_counter`` (on Linux the host's ``CLOCK_MONOTONIC``, the
-clock of ``/timings/product_start_seconds``); the loop waits for it after its own warm-up, then
-writes ``{"start": ...}`` to ``--record`` at once (so a run killed later still says when it
-started), multiplies until ``--seconds`` have passed, and adds its end and rate.
+After its own warm-up (CUDA context, operands, one GEMM) the loop waits until the file ``--go``
+exists (the caller creates it as it launches hpcmm), then ``--delay`` seconds more; it writes
+``{"start": ...}`` to ``--record`` at once (a reading of ``time.perf_counter``: on Linux the host's
+``CLOCK_MONOTONIC``, the clock of ``/timings/product_start_seconds``; a run killed later still
+says when it started), multiplies until ``--seconds`` have passed, and adds its end and rate.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def _write(path: str, record: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--start", type=float, required=True, help="time.perf_counter() at which to start")
+    parser.add_argument("--go", required=True, help="start once this file exists (after --delay)")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds from --go to the first GEMM")
     parser.add_argument("--seconds", type=float, default=120.0, help="how long to multiply")
     parser.add_argument("--n", type=int, default=8192, help="order of the square float64 GEMM")
     parser.add_argument("--record", required=True, help="JSON file: start, end, GEMMs, TFLOP/s")
@@ -40,7 +42,10 @@ def main() -> None:
     y = cp.random.default_rng(2).random((args.n, args.n))
     z = cp.matmul(x, y)
     cp.cuda.Device().synchronize()
-    while time.perf_counter() < args.start:
+    while not os.path.exists(args.go):
+        time.sleep(0.001)
+    start_at = time.perf_counter() + args.delay
+    while time.perf_counter() < start_at:
         time.sleep(0.001)
     start = time.perf_counter()
     record = {"start": start, "n": args.n}

@@ -68,11 +68,11 @@ one() {
   local facts="nan\tnan\tnan\t-\tnan"
   if [ "$rc" = 0 ]; then
     facts=$($py - "$out" "${CORUNNER_RECORD:-}" <<'PY' 2>> "$log"
-import json, sys, h5py, numpy as np
+import json, os, sys, h5py, numpy as np
 with h5py.File(sys.argv[1], "r") as f:
     s = f["summary"].attrs
     after = float("nan")
-    if sys.argv[2]:  # the products that started after the co-runner did
+    if sys.argv[2] and os.path.exists(sys.argv[2]):  # the products that started after the co-runner did
         began = json.load(open(sys.argv[2]))["start"]
         late = f["timings/product_seconds"][()][f["timings/product_start_seconds"][()] >= began]
         after = s["flops"] / np.median(late) / 1e12 if late.size else float("nan")
@@ -106,12 +106,16 @@ N_CO=${DYN_MPS_N:-16384}
 CO_ITERS=20
 # corunner_runs CASE: the co-runner part for one sharing (the MPS daemon, where wanted, already up)
 corunner_runs() {
-  local case=$1 launch=() start_at halfway record pid
+  local case=$1 start_at halfway record pid
   # When the products are halfway: the first product's start after launch, and their length,
-  # from one run without the co-runner.
+  # from one run without the co-runner (the second of two: a first run of a call starts far later,
+  # its files not yet in the page cache, and would put the co-runner after the last product).
   local clock_now='import time; print(time.perf_counter())'
+  one 0 "$case-calibrate" 2 "$N_CO" share -- mpiexec -n 2 $py -m hpcmm --m "$N_CO" --iters "$CO_ITERS" \
+    --balance share --quiet
   start_at=$($py -c "$clock_now")
-  one 0 "$case-calibrate" 2 "$N_CO" share -- mpiexec -n 2 $py -m hpcmm --m "$N_CO" --iters "$CO_ITERS" --quiet
+  one 0 "$case-calibrate" 2 "$N_CO" share -- mpiexec -n 2 $py -m hpcmm --m "$N_CO" --iters "$CO_ITERS" \
+    --balance share --quiet
   halfway=$($py - "$(outfile 0 "$case-calibrate" 2 "$N_CO" share)" "$start_at" <<'PY' 2>> "$log"
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1], "r") as f:
@@ -121,18 +125,19 @@ PY
 )
   [ -n "$halfway" ] || { echo "$case: no calibration run" | tee -a "$log"; return; }
   for round in $(seq "$ROUNDS"); do
-    for variant in share:half dynamic:half share:always measured:always; do
-      local balance=${variant%%:*} when=${variant##*:}
+    for variant in ${DYN_CO_VARIANTS:-share:half dynamic:half share:always measured:always}; do
+      local balance=${variant%%:*} when=${variant##*:} go delay=0
       record=$work/corunner-$case-$round-$balance-$when.json
-      rm -f "$record"
-      start_at=$($py -c "$clock_now")
-      if [ "$when" = half ]; then
-        $py tests/gpu/corunner.py --start "$($py -c "print($start_at + $halfway)")" --record "$record" >> "$log" 2>&1 &
-      else
-        $py tests/gpu/corunner.py --start "$start_at" --record "$record" >> "$log" 2>&1 &
-        for _ in $(seq 600); do [ -f "$record" ] && break; sleep 0.1; done  # it runs before hpcmm starts
-      fi
+      go=$work/corunner-go-$$
+      rm -f "$record" "$go"
+      [ "$when" = half ] && delay=$halfway
+      $py tests/gpu/corunner.py --go "$go" --delay "$delay" --record "$record" >> "$log" 2>&1 &
       pid=$!
+      sleep "${DYN_CO_WARMUP:-4}"  # its CUDA context and first GEMM before hpcmm starts
+      touch "$go"
+      if [ "$when" = always ]; then  # it runs before hpcmm starts
+        for _ in $(seq 600); do [ -f "$record" ] && break; sleep 0.1; done
+      fi
       CORUNNER_RECORD=$record one "$round" "$case-$when" 2 "$N_CO" "$balance" -- mpiexec -n 2 $py -m hpcmm \
         --m "$N_CO" --iters "$CO_ITERS" --balance "$balance" --quiet
       kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
@@ -203,10 +208,10 @@ from collections import defaultdict
 runs = defaultdict(list)
 with open(sys.argv[1]) as f:
     for r in csv.DictReader(f, delimiter="\t"):
-        if r["rc"] == "0":
+        if r["rc"] == "0" and r["tflops"] not in ("", "nan"):
             runs[(r["case"], int(r["ranks"]), int(r["n"]), r["balance"])].append(r)
 def med(key, field):
-    vals = [float(r[field]) for r in runs.get(key, []) if r.get(field) not in (None, "nan")]
+    vals = [float(r[field]) for r in runs.get(key, []) if r.get(field) not in (None, "nan", "")]
     return statistics.median(vals) if vals else float("nan")
 def best_static(case, n):
     """The co-runner cases' reference: the better of share and measured with the co-runner there throughout."""

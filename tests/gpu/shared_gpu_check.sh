@@ -9,7 +9,7 @@
 # tests/gpu/shared_gpu_probe.py at 3 ranks (MPS seen as expected, weighted product right).
 # The MPS daemon gets its own pipe and log directories under /tmp; it is started before the
 # MPS runs (its start is timed) and stopped after them, on success and on failure (trap).
-# Each run's file must also say what ran: /summary balance as asked (auto by default: dynamic on a shared GPU) and, where
+# Each run's file must also say what ran: /summary balance as asked (auto by default: dynamic on a time-sliced GPU) and, where
 # ranks share a GPU, mps true with the daemon and false without it.  Where an hpcmm without the
 # --balance option runs this script, the cases that need it are recorded as SKIP.
 #
@@ -123,8 +123,9 @@ with h5py.File(sys.argv[1], "r") as f:
     pred = s.get("predicted_imbalance")
     imb = f"{'-' if pred is None else f'{pred:.3f}'}/{s['load_imbalance']:.3f}"
     wrong = []
-    # The default, auto, is dynamic on a GPU that several ranks share (hpcmm.planning.balance.mode_for).
-    ran = {"auto": "dynamic" if int(s.get("ranks_per_gpu", 1)) > 1 else "share"}.get(asked, asked)
+    # The default, auto, is dynamic on a GPU that ranks time-slice (hpcmm.planning.balance.mode_for).
+    sliced = int(s.get("ranks_per_gpu", 1)) > 1 and not bool(s.get("mps", False))
+    ran = {"auto": "dynamic" if sliced else "share"}.get(asked, asked)
     if "balance" in s and (s["balance"] != ran or s.get("balance_asked", asked) != asked):
         wrong.append(f"balance={s['balance']} (asked {s.get('balance_asked', '?')})")
     if "mps" in s and int(s["ranks_per_gpu"]) > 1 and bool(s["mps"]) != (sys.argv[3] == "on"):
