@@ -71,7 +71,10 @@ def test_the_planner_chooses_what_the_engine_then_reports():
         assert choices.steps == len(choices.rank_steps) and sum(step.width for step in choices.rank_steps) == layout.k
         engine = engine_for(topo, CpuBackend(), layout, config)
         try:
-            assert dataclasses.asdict(engine.choices) == dataclasses.asdict(choices)
+            # Free memory is a fact read at each call, not a choice: it moves with the machine's load.
+            chosen, reported = dataclasses.asdict(choices), dataclasses.asdict(engine.choices)
+            assert chosen.pop("free_bytes") > 0 and reported.pop("free_bytes") > 0
+            assert reported == chosen
         finally:
             engine.close()
     finally:
