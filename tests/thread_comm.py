@@ -6,7 +6,7 @@ that meet in :class:`ThreadComm`'s collectives.  A collective fails (``BrokenBar
 of waiting when it can no longer complete: a member's body has ended (returned or raised) without
 joining it, or every rank of the job waits in a collective (a deadlock, as mismatched collectives
 make); a collective every member had joined still completes.  A time limit of minutes is the
-backstop.  ``Split`` makes communicators of the same kind; ``Free`` marks one freed by the calling
+backstop.  ``Split`` (and ``Dup``) makes communicators of the same kind; ``Free`` marks one freed by the calling
 rank, which may then call no collective on it, as MPI's would be gone.
 """
 
@@ -135,6 +135,10 @@ class ThreadComm:
         child = made[min(members)]
         child._local.rank = members.index(me)
         return child
+
+    def Dup(self):  # noqa: N802
+        """A communicator of the same members in the same order (MPI's ``Dup``): a ``Split`` by rank."""
+        return self.Split(0, self.Get_rank())
 
     def Free(self):  # noqa: N802
         if self._local.rank in self.freed_by:
