@@ -279,6 +279,8 @@ class Matmul:
         error, operands = None, {}
         try:
             for name, value in (("A", a), ("B", b), ("C", c)):
+                if value is None and name != "C":
+                    raise InputError(f"{name} is None: execute() multiplies the caller's A and B")
                 if value is None:
                     continue
                 operands[name] = view(name, value)

@@ -161,3 +161,40 @@ def test_the_caller_writing_hpcmms_own_blocks_is_read_in_place_with_op():
         out = mm.execute(a, b, c)
         np.testing.assert_allclose(out, want, rtol=1e-13)
         assert mm.last.copied_bytes == 4 * 5 * 8  # only op(A), transposed into hpcmm's block
+
+
+def test_missing_a_or_b_is_named():
+    b = np.ones((2, 4))
+    with Matmul(SELF, 3, 4, 2, "float64") as mm:
+        for args, name in (((None, b), "A"), ((np.ones((3, 2)), None), "B")):
+            with pytest.raises(InputError, match=f"^{name} is None"):
+                mm.execute(*args)
+
+
+def test_a_transposed_view_of_hpcmms_block_is_copied_not_read_in_place():
+    """Same memory and shape but other strides: the caller's matrix is the transpose, so it is copied."""
+    rng = np.random.default_rng(16)
+    with Matmul(SELF, 4, 3, 4, "float64") as mm:
+        own = mm.empty("A")
+        own[...] = rng.standard_normal((4, 4))
+        b = rng.standard_normal((4, 3))
+        want = own.T @ b
+        np.testing.assert_allclose(mm.execute(own.T, b), want, rtol=1e-13)
+        assert mm.last.copied_bytes == (16 + 12 + 12) * 8
+
+
+def test_blocks_handed_out_have_the_products_type():
+    with Matmul(SELF, 3, 4, 2, "float32") as mm:
+        assert {mm.empty(name).dtype for name in "ABC"} == {np.dtype(np.float32)}
+    with Matmul(SELF, 2, 2, 2, "bfloat16") as mm:  # named as text: a type numpy knows only through ml_dtypes
+        assert mm.empty("C").dtype.name == "bfloat16"
+
+
+@pytest.mark.parametrize("layout, message", [
+    ("2x2", "layout of type str: expected hpcmm.Layout"),
+    (hpcmm.Layout.grid(3, 4, 2, (2, 1)), "layout of 2 rank(s) for a communicator of 1"),
+], ids=["not-a-layout", "other-size"])
+def test_a_bad_layout_is_named(layout, message):
+    with pytest.raises(InputError) as info:
+        Matmul(SELF, 3, 4, 2, "float64", layout=layout)
+    assert str(info.value) == message
