@@ -90,17 +90,23 @@ part verify && for ranks in 2 4; do
     --balance dynamic --verify full --quiet
 done
 
-# 2. time-sliced
-part sliced && for round in $(seq "$ROUNDS"); do
-  for n in $SIZES; do
-    one "$round" sliced 1 "$n" share -- mpiexec -n 1 $py -m hpcmm --m "$n" --quiet
-    for ranks in $RANKS; do
-      for balance in share dynamic; do
-        one "$round" sliced "$ranks" "$n" "$balance" -- mpiexec -n "$ranks" $py -m hpcmm --m "$n" --balance "$balance" --quiet
+# rank_sweep CASE: for each round and size, 1 rank, then DYN_RANKS ranks with share and dynamic in turns
+rank_sweep() {
+  local case=$1 round n ranks balance
+  for round in $(seq "$ROUNDS"); do
+    for n in $SIZES; do
+      one "$round" "$case" 1 "$n" share -- mpiexec -n 1 $py -m hpcmm --m "$n" --quiet
+      for ranks in $RANKS; do
+        for balance in share dynamic; do
+          one "$round" "$case" "$ranks" "$n" "$balance" -- mpiexec -n "$ranks" $py -m hpcmm --m "$n" --balance "$balance" --quiet
+        done
       done
     done
   done
-done
+}
+
+# 2. time-sliced
+part sliced && rank_sweep sliced
 
 N_CO=${DYN_MPS_N:-16384}
 CO_ITERS=20
@@ -183,16 +189,7 @@ if { part mps || part default || part mpsequal || part corunner; } && [ "${DYN_M
       done
     done
     part default && one 0 default-mps 8 0 default -- mpiexec -n 8 $py -m hpcmm --quiet
-    part mpsequal && for round in $(seq "$ROUNDS"); do
-      for n in $SIZES; do
-        one "$round" mpsequal 1 "$n" share -- mpiexec -n 1 $py -m hpcmm --m "$n" --quiet
-        for ranks in $RANKS; do
-          for balance in share dynamic; do
-            one "$round" mpsequal "$ranks" "$n" "$balance" -- mpiexec -n "$ranks" $py -m hpcmm --m "$n" --balance "$balance" --quiet
-          done
-        done
-      done
-    done
+    part mpsequal && rank_sweep mpsequal
     part corunner && corunner_runs corunner-mps
     echo quit | nvidia-cuda-mps-control >> "$log" 2>&1
     trap - EXIT
