@@ -51,8 +51,18 @@ __all__ = [
 
 #: The fewest rows of a dynamic tile: narrower tiles leave the GEMM too little work (GPU, CPU).
 LEAST_TILE_ROWS = {True: 256, False: 32}
+#: Tiles start at multiples of these rows (GPU, CPU): a GEMM whose rows start off a multiple of the
+#: GPU kernels' tile loses much of its rate (a 25 %/75 % MPS pair at 16384³, decreasing tiles: 37
+#: TFLOP/s cut at any row, 49 cut at multiples of 128; docs/performance.md).
+TILE_ROW_ALIGN = {True: 128, False: 8}
 #: Dynamic tiles per worker where the blocks have rows enough: enough to even out a rank at half speed.
 TILES_PER_RANK = 8
+#: How a block's rows are cut into its tiles: ``"even"``, equal tiles; or ``"decreasing"``, tile i of n
+#: given rows in proportion to n - i (trapezoid self-scheduling, Tzen and Ni 1993: the first claims the
+#: widest GEMMs, the last, which even out the ranks' finishing times, the finest).  Even is the
+#: default: decreasing ran 2 % behind it on an H200 under MPS and within the spread on CPUs
+#: (docs/performance.md); tests/gpu/with_setting.py sets the other for a comparison.
+TILE_CUT = "even"
 
 
 def tiles_per_block(blocks: int, workers: int) -> int:
@@ -69,19 +79,34 @@ def tiles_per_block(blocks: int, workers: int) -> int:
     return max(1, -(-TILES_PER_RANK * workers // max(1, blocks)))
 
 
-def tile_rows(rows: int, on_gpu: bool, count: int = TILES_PER_RANK) -> tuple[tuple[int, int], ...]:
+def tile_rows(rows: int, on_gpu: bool, count: int = TILES_PER_RANK,
+              cut: str | None = None) -> tuple[tuple[int, int], ...]:
     """The row ranges of one C block's tiles for ``--balance dynamic`` (:mod:`hpcmm.execution.dynamic`): up to
-    ``count`` (:func:`tiles_per_block`), none under :data:`LEAST_TILE_ROWS` rows (one tile where the block is smaller).
+    ``count`` (:func:`tiles_per_block`), none under :data:`LEAST_TILE_ROWS` rows (one tile where the block
+    is smaller), the rows beyond that least cut as :data:`TILE_CUT` says (or ``cut``).
 
-    >>> tile_rows(1000, on_gpu=False)[:3], len(tile_rows(1000, on_gpu=False))
-    (((0, 125), (125, 250), (250, 375)), 8)
+    >>> tile_rows(1000, on_gpu=False, cut="even")[:3], len(tile_rows(1000, on_gpu=False, cut="even"))
+    (((0, 120), (120, 248), (248, 368)), 8)
+    >>> [r1 - r0 for r0, r1 in tile_rows(3856, on_gpu=False, count=8)]
+    [832, 728, 632, 536, 432, 328, 232, 136]
     >>> tile_rows(300, on_gpu=True), tile_rows(0, on_gpu=True), tile_rows(4096, on_gpu=True, count=1)
     (((0, 300),), (), ((0, 4096),))
     """
+    cut = TILE_CUT if cut is None else cut
+    if cut not in ("decreasing", "even"):
+        raise ValueError(f"tile cut {cut!r}: not decreasing or even")
     if rows <= 0:
         return ()
-    count = max(1, min(count, rows // LEAST_TILE_ROWS[on_gpu]))
-    cuts = [rows * i // count for i in range(count + 1)]
+    least = LEAST_TILE_ROWS[on_gpu]
+    count = max(1, min(count, rows // least))
+    # Each tile has `least` rows or more; the rows beyond count * least go in proportion to the weights;
+    # each cut then moves down to a multiple of `align` (less than `least`: no tile is emptied).
+    weights = range(count, 0, -1) if cut == "decreasing" else [1] * count
+    total, spare, align = sum(weights), max(0, rows - count * least), TILE_ROW_ALIGN[on_gpu]
+    cuts, acc = [0], 0
+    for i, weight in enumerate(weights, 1):
+        acc += weight
+        cuts.append(rows if i == count else (i * least + spare * acc // total) // align * align)
     return tuple(zip(cuts[:-1], cuts[1:]))
 
 

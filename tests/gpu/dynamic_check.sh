@@ -20,9 +20,16 @@
 #    share and dynamic, and as the best static split for the capacity left, share and measured
 #    with the co-runner there from the start; "after" is the rate of the products that started
 #    after the co-runner did (/timings/product_start_seconds against its own clock reading).
+#    DYN_CO_SHARING (default "sliced mps") picks the sharings.
 # 7. threads: on the CPUs (--device cpu, DYN_CPU_N, default 4096), 2 ranks given DYN_CPU_THREADS
 #    (default "6 2") BLAS threads, an MPMD launch, with share, measured, product and dynamic,
-#    against the ideal: the sum of each thread count's rate alone at one rank.
+#    against the ideal: the sum of each thread count's rate alone at one rank; and against what the
+#    two reach side by side as two one-rank runs at the same time ("together", the faster given
+#    more products so that both run for about as long).
+# A balance written dynamicQ (dynamic2, say) is --balance dynamic with Q tiles queued per worker,
+# dynamic-even (or dynamicQ-even) with even tiles (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
+# (default "share measured dynamic"), DYN_CPU_BALANCES (default "share measured product dynamic")
+# and DYN_CO_VARIANTS take them, for A/B runs in one call.
 # Each run's row goes to $OUT/rows.tsv (round, case, ranks, n, balance, rc, TFLOP/s, imbalance,
 # tiles taken, the balance that ran, TFLOP/s after a co-runner started); the medians and their
 # ratios are printed last.  Exit status: failed runs.
@@ -49,6 +56,19 @@ if [ -f .device/env.sh ] && [ "${DYN_KIT:-yes}" != no ]; then
   source .device/env.sh system >> "$log" 2>&1 || { echo "env.sh failed" >&2; exit 1; }
 fi
 failed=0
+
+# hpcmm_cmd BALANCE: the words that start hpcmm with that balance (dynamicQ: Q tiles queued per
+# worker; -even: even tiles)
+hpcmm_cmd() {
+  if [[ $1 =~ ^dynamic([0-9]*)(-even)?$ ]] && [ "$1" != dynamic ]; then
+    local set=()
+    [ -n "${BASH_REMATCH[1]}" ] && set+=("execution.dynamic.QUEUED_TILES=${BASH_REMATCH[1]}")
+    [ -n "${BASH_REMATCH[2]}" ] && set+=(planning.choices.TILE_CUT=even)
+    echo "$py tests/gpu/with_setting.py ${set[*]} -- --balance dynamic"
+  else
+    echo "$py -m hpcmm --balance $1"
+  fi
+}
 
 outfile() { echo "$work/$2-$3-$4-$5-$1.h5"; }  # outfile ROUND CASE RANKS N BALANCE
 
@@ -97,8 +117,9 @@ rank_sweep() {
     for n in $SIZES; do
       one "$round" "$case" 1 "$n" share -- mpiexec -n 1 $py -m hpcmm --m "$n" --quiet
       for ranks in $RANKS; do
-        for balance in share dynamic; do
-          one "$round" "$case" "$ranks" "$n" "$balance" -- mpiexec -n "$ranks" $py -m hpcmm --m "$n" --balance "$balance" --quiet
+        for balance in ${DYN_SWEEP_BALANCES:-share dynamic}; do
+          # shellcheck disable=SC2046
+          one "$round" "$case" "$ranks" "$n" "$balance" -- mpiexec -n "$ranks" $(hpcmm_cmd "$balance") --m "$n" --quiet
         done
       done
     done
@@ -144,8 +165,9 @@ PY
       if [ "$when" = always ]; then  # it runs before hpcmm starts
         for _ in $(seq 600); do [ -f "$record" ] && break; sleep 0.1; done
       fi
-      CORUNNER_RECORD=$record one "$round" "$case-$when" 2 "$N_CO" "$balance" -- mpiexec -n 2 $py -m hpcmm \
-        --m "$N_CO" --iters "$CO_ITERS" --balance "$balance" --quiet
+      # shellcheck disable=SC2046
+      CORUNNER_RECORD=$record one "$round" "$case-$when" 2 "$N_CO" "$balance" -- mpiexec -n 2 $(hpcmm_cmd "$balance") \
+        --m "$N_CO" --iters "$CO_ITERS" --quiet
       kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
     done
   done
@@ -154,21 +176,30 @@ PY
 # 4. the mission command, time-sliced
 part default && one 0 default-sliced 8 0 default -- mpiexec -n 8 $py -m hpcmm --quiet
 # 6. co-runner, time-sliced
-part corunner && corunner_runs corunner-sliced
+co_sharing() { [[ " ${DYN_CO_SHARING:-sliced mps} " == *" $1 "* ]]; }
+part corunner && co_sharing sliced && corunner_runs corunner-sliced
 
 # 7. CPU threads
 if part threads; then
   n=${DYN_CPU_N:-4096}
   read -r t1 t2 <<< "${DYN_CPU_THREADS:-6 2}"
-  cpu=(-m hpcmm --device cpu --m "$n" --quiet)
+  cpu=(--device cpu --m "$n" --quiet)
   for round in $(seq "$ROUNDS"); do
     for t in "$t1" "$t2"; do
-      one "$round" threads 1 "$n" "alone-$t" -- mpiexec -n 1 env OMP_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" $py "${cpu[@]}"
+      one "$round" threads 1 "$n" "alone-$t" -- mpiexec -n 1 env OMP_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" $py -m hpcmm "${cpu[@]}"
     done
-    for balance in share measured product dynamic; do
-      args=("${cpu[@]}" --balance "$balance" --out "$(outfile "$round" threads 2 "$n" "$balance")")
-      one "$round" threads 2 "$n" "$balance" -- mpiexec -n 1 env OMP_NUM_THREADS="$t1" OPENBLAS_NUM_THREADS="$t1" $py "${args[@]}" \
-        : -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" $py "${args[@]}"
+    # Side by side: the faster one given t1/t2 times the products, so that both run for about as long.
+    iters2=3 iters1=$(( 3 * t1 / t2 ))
+    one "$round" threads 1 "$n" "together-$t1" -- mpiexec -n 1 env OMP_NUM_THREADS="$t1" OPENBLAS_NUM_THREADS="$t1" \
+      $py -m hpcmm "${cpu[@]}" --iters "$iters1" &
+    one "$round" threads 1 "$n" "together-$t2" -- mpiexec -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" \
+      $py -m hpcmm "${cpu[@]}" --iters "$iters2"
+    wait
+    for balance in ${DYN_CPU_BALANCES:-share measured product dynamic}; do
+      # shellcheck disable=SC2207
+      args=($(hpcmm_cmd "$balance") "${cpu[@]}" --out "$(outfile "$round" threads 2 "$n" "$balance")")
+      one "$round" threads 2 "$n" "$balance" -- mpiexec -n 1 env OMP_NUM_THREADS="$t1" OPENBLAS_NUM_THREADS="$t1" "${args[@]}" \
+        : -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" "${args[@]}"
     done
   done
 fi
@@ -182,15 +213,16 @@ if { part mps || part default || part mpsequal || part corunner; } && [ "${DYN_M
   if nvidia-cuda-mps-control -d >> "$log" 2>&1; then
     n=${DYN_MPS_N:-16384}
     part mps && for round in $(seq "$ROUNDS"); do
-      for balance in share measured dynamic; do
-        args=(-m hpcmm --m "$n" --balance "$balance" --quiet --out "$(outfile "$round" mps25-75 2 "$n" "$balance")")
-        one "$round" mps25-75 2 "$n" "$balance" -- mpiexec -n 1 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 $py "${args[@]}" \
-          : -n 1 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=75 $py "${args[@]}"
+      for balance in ${DYN_MPS_BALANCES:-share measured dynamic}; do
+        # shellcheck disable=SC2207
+        args=($(hpcmm_cmd "$balance") --m "$n" --quiet --out "$(outfile "$round" mps25-75 2 "$n" "$balance")")
+        one "$round" mps25-75 2 "$n" "$balance" -- mpiexec -n 1 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 "${args[@]}" \
+          : -n 1 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=75 "${args[@]}"
       done
     done
     part default && one 0 default-mps 8 0 default -- mpiexec -n 8 $py -m hpcmm --quiet
     part mpsequal && rank_sweep mpsequal
-    part corunner && corunner_runs corunner-mps
+    part corunner && co_sharing mps && corunner_runs corunner-mps
     echo quit | nvidia-cuda-mps-control >> "$log" 2>&1
     trap - EXIT
   else
@@ -232,6 +264,10 @@ for key in sorted(runs, key=lambda k: (k[0], k[2], k[1], k[3])):
         ideal = sum(med(k, "tflops") for k in alone)
         ratio = med(key, "tflops") / ideal
         ref, what = None, "ideal: " + " + ".join(f"{k[3]} {med(k, 'tflops'):.3f}" for k in alone)
+        side = [("threads", 1, n, f"together-{t}") for t in os.environ.get("DYN_CPU_THREADS", "6 2").split()]
+        if all(runs.get(k) for k in side):
+            together = sum(med(k, "tflops") for k in side)
+            what += f"; {med(key, 'tflops') / together:.3f} of side by side {together:.3f}"
     else:
         ref, what = None, ""
     if ref:

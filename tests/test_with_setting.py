@@ -1,0 +1,40 @@
+"""``tests/gpu/with_setting.py`` (dynamic_check.sh's A/B runs) sets the constant it names for that run only."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import h5py
+from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
+
+SCRIPT = REPO / "tests" / "gpu" / "with_setting.py"
+
+
+def _run(tmp_path, *settings, ranks=1):
+    out = tmp_path / f"r{len(list(tmp_path.iterdir()))}.h5"
+    cmd = [sys.executable, str(SCRIPT), *settings, "--", "--device", "cpu", "--m", "2048", "--n", "64", "--k", "64",
+           "--balance", "dynamic", "--iters", "1", "--warmup", "0", "--quiet", "--out", str(out)]
+    if ranks > 1:  # no time limit: the job's own progress (stall) judges a hang on a loaded machine
+        return run_launcher([mpiexec_or_skip(), "-n", str(ranks), *cmd], None, env=quiet_environment(), stall=300), out
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO), out
+
+
+def _tile_rows(out):
+    with h5py.File(out, "r") as f:
+        tiles = f["timings/tiles"][()]
+    return sorted(int(t["row1"]) - int(t["row0"]) for t in tiles)
+
+
+def test_a_constant_set_changes_the_run_and_the_default_stays(tmp_path):
+    proc, even = _run(tmp_path, ranks=2)
+    assert proc.returncode == 0, proc.stdout
+    proc, decreasing = _run(tmp_path, "planning.choices.TILE_CUT=decreasing", ranks=2)
+    assert proc.returncode == 0, proc.stdout
+    assert sum(_tile_rows(even)) == sum(_tile_rows(decreasing)) == 2048  # every row of C once
+    assert len(set(_tile_rows(even))) == 1 and len(set(_tile_rows(decreasing))) > 2
+
+
+def test_an_unknown_constant_is_named(tmp_path):
+    proc, out = _run(tmp_path, "planning.choices.NO_SUCH=1")
+    assert proc.returncode != 0 and "'NO_SUCH'" in proc.stderr and not out.exists()
