@@ -45,6 +45,12 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        # mutmut's first pass, which records which tests reach which functions: a child process
+        # (hpcmm launched by a test) would try to record too, find no mutmut configuration in its
+        # directory and fail.  mutmut keeps its own copy of the mode in this process; the children,
+        # without the variable, run hpcmm's code unmutated (in a mutant's run they inherit its name).
+        del os.environ["MUTANT_UNDER_TEST"]
     if not config.pluginmanager.hasplugin("timeout"):
         # Without it every time limit is a label only, and a hung test hangs the suite.
         raise pytest.UsageError("pytest-timeout is not installed: every test needs its time limit "

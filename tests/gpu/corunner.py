@@ -3,13 +3,16 @@
 It takes the GPU's time (or, under MPS, its SMs) away from hpcmm's ranks from a given moment on,
 the way a second job on a shared GPU does::
 
-    python tests/gpu/corunner.py --go GO --delay 9.5 --seconds 120 --record corunner.json
+    python tests/gpu/corunner.py --go GO --delay 9.5 --seconds 120 --record corunner.json --stop STOP
 
 After its own warm-up (CUDA context, operands, one GEMM) the loop waits until the file ``--go``
 exists (the caller creates it as it launches hpcmm), then ``--delay`` seconds more; it writes
 ``{"start": ...}`` to ``--record`` at once (a reading of ``time.perf_counter``: on Linux the host's
 ``CLOCK_MONOTONIC``, the clock of ``/timings/product_start_seconds``; a run killed later still
-says when it started), multiplies until ``--seconds`` have passed, and adds its end and rate.
+says when it started), multiplies until ``--seconds`` have passed or the file ``--stop`` exists, and
+adds its end and rate.  Ending it by ``--stop`` rather than a signal matters under MPS: a client
+killed while its kernels run left the next client's context refused (cudaErrorDevicesUnavailable)
+in every other run; the context is also retried for a while for the same reason.
 """
 
 from __future__ import annotations
@@ -37,7 +40,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0, help="how long to multiply")
     parser.add_argument("--n", type=int, default=8192, help="order of the square float64 GEMM")
     parser.add_argument("--record", required=True, help="JSON file: start, end, GEMMs, TFLOP/s")
+    parser.add_argument("--stop", help="end the loop once this file exists")
     args = parser.parse_args()
+    for attempt in range(50):  # an MPS server still tearing down a client refuses new ones a moment
+        try:
+            cp.cuda.Device().synchronize()
+            break
+        except cp.cuda.runtime.CUDARuntimeError:
+            if attempt == 49:
+                raise
+            time.sleep(0.2)
     x = cp.random.default_rng(1).random((args.n, args.n))
     y = cp.random.default_rng(2).random((args.n, args.n))
     z = cp.matmul(x, y)
@@ -51,7 +63,7 @@ def main() -> None:
     record = {"start": start, "n": args.n}
     _write(args.record, record)
     gemms = 0
-    while time.perf_counter() - start < args.seconds:
+    while time.perf_counter() - start < args.seconds and not (args.stop and os.path.exists(args.stop)):
         cp.matmul(x, y, out=z)
         gemms += 1
         if gemms % 2 == 0:  # a short queue: the loop ends soon after its time is up

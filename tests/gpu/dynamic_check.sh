@@ -133,7 +133,7 @@ N_CO=${DYN_MPS_N:-16384}
 CO_ITERS=20
 # corunner_runs CASE: the co-runner part for one sharing (the MPS daemon, where wanted, already up)
 corunner_runs() {
-  local case=$1 start_at halfway record pid
+  local case=$1 start_at halfway record pid stop
   # When the products are halfway: the first product's start after launch, and their length,
   # from one run without the co-runner (the second of two: a first run of a call starts far later,
   # its files not yet in the page cache, and would put the co-runner after the last product).
@@ -155,10 +155,10 @@ PY
     for variant in ${DYN_CO_VARIANTS:-share:half dynamic:half share:always measured:always}; do
       local balance=${variant%%:*} when=${variant##*:} go delay=0
       record=$work/corunner-$case-$round-$balance-$when.json
-      go=$work/corunner-go-$$
-      rm -f "$record" "$go"
+      go=$work/corunner-go-$$ stop=$work/corunner-stop-$$
+      rm -f "$record" "$go" "$stop"
       [ "$when" = half ] && delay=$halfway
-      $py tests/gpu/corunner.py --go "$go" --delay "$delay" --record "$record" >> "$log" 2>&1 &
+      $py tests/gpu/corunner.py --go "$go" --delay "$delay" --record "$record" --stop "$stop" >> "$log" 2>&1 &
       pid=$!
       sleep "${DYN_CO_WARMUP:-4}"  # its CUDA context and first GEMM before hpcmm starts
       touch "$go"
@@ -168,7 +168,11 @@ PY
       # shellcheck disable=SC2046
       CORUNNER_RECORD=$record one "$round" "$case-$when" 2 "$N_CO" "$balance" -- mpiexec -n 2 $(hpcmm_cmd "$balance") \
         --m "$N_CO" --iters "$CO_ITERS" --quiet
+      # Ended by its stop file (a signal mid-kernel left MPS refusing the next client), killed after 30 s.
+      touch "$stop"
+      for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+      [ -f "$record" ] || echo "$case round $round $variant: the co-runner never started (see $log)" | tee -a "$log"
     done
   done
 }
