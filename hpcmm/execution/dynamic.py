@@ -43,8 +43,9 @@ __all__ = ["DynamicEngine", "DynamicTimes"]
 #: Tiles a rank's device may still be running when it claims the next, where several ranks compute:
 #: none, so that a slow rank never holds a tile queued behind its running one while a free rank
 #: could take it (it would end the product late by one of its slow tiles).  The host's claim between
-#: two tiles costs the device some tens of µs against milliseconds of a tile's GEMMs.  A lone
-#: worker queues every tile at once: nobody could take them.
+#: two tiles costs the device some tens of µs against milliseconds of a tile's GEMMs.  Measured
+#: (docs/performance.md): two ran 10 % slower with 25 %/75 % MPS limits and no faster beside a
+#: co-runner.  A lone worker queues every tile at once: nobody could take them.
 QUEUED_TILES = 1
 
 
