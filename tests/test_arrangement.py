@@ -155,3 +155,32 @@ def test_arrange_at_one_rank(mode):
     assert arr.mps[0].source == "pipe" and arr.summary()["ranks_per_gpu"] == 0
     rate = arr.rank_facts(0)["gemm_rate"]
     assert (rate > 0) if mode == "measured" else math.isnan(rate)
+
+
+def _state(active):
+    return MpsState(active, "pipe", "/tmp/p", "seen" if active else "not seen")
+
+
+def test_sharing_says_time_sliced_only_where_ranks_share_a_gpu_without_mps():
+    from hpcmm.planning.arrangement import Sharing
+
+    assert Sharing(("g0", "g0"), (_state(False), _state(False))).time_sliced
+    assert not Sharing(("g0", "g0"), (_state(True), _state(True))).time_sliced
+    assert not Sharing(("g0", "g1"), (_state(False), _state(False))).time_sliced
+    assert Sharing(("g0", "g1", "g0"), (_state(False), _state(True), _state(False))).time_sliced
+
+
+def test_arrange_takes_the_sharing_it_is_given_and_gathers_nothing_again(monkeypatch):
+    import hpcmm.planning.arrangement as arrangement
+
+    sharing = arrangement.gather_sharing(MPI.COMM_SELF, socket.gethostname(), CpuBackend())
+    expected = arrange(MPI.COMM_SELF, socket.gethostname(), CpuBackend(), RunConfig(balance="share"), (9, 7, 5))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("gathered again")
+
+    monkeypatch.setattr(arrangement, "detect", refuse)
+    monkeypatch.setattr(arrangement, "device_of", refuse)
+    given = arrange(MPI.COMM_SELF, socket.gethostname(), CpuBackend(), RunConfig(balance="share"), (9, 7, 5),
+                    sharing=sharing)
+    assert given == expected

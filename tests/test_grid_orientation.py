@@ -140,6 +140,7 @@ def test_arrange_sees_its_gpus_shared(monkeypatch, dtype, grid):
     balance, idle = _idle([0, 1, 0, 1])
     monkeypatch.setattr(arrangement, "gather_balance", lambda *args, **kwargs: balance)
     monkeypatch.setattr(arrangement, "detect", lambda device: idle[0])
+    monkeypatch.setattr(arrangement, "device_of", lambda backend, host: (host, "gpu", 0))
     backend = types.SimpleNamespace(on_gpu=True, device_id=0)
     wide_c = (64, 4 * ROW_LEAST_COLUMNS, 64)
     arr = arrangement.arrange(_FourRanksOfOneGpu(), "n1", backend, RunConfig(dtype=dtype), wide_c)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .balance import Balance, gather_balance
+from .balance import Balance, device_of, gather_balance
 from ..errors import collective
 from .grid_orientation import facing
 from ..geometry.layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid
@@ -147,7 +147,28 @@ class Arrangement:
                 **{f"block_{axis}": list(sizes[axis]) for axis in ("rows", "cols", "a_k", "b_k")}}
 
 
-def arrange(comm, host: str, backend, config, shape: tuple[int, int, int], nodes: int = 1) -> Arrangement:
+@dataclasses.dataclass(frozen=True)
+class Sharing:
+    """Which ranks share a device and how: every rank's device key and MPS state, in launch order."""
+
+    devices: tuple
+    mps: tuple[MpsState, ...]
+
+    @property
+    def time_sliced(self) -> bool:
+        """Whether ranks share a GPU without MPS (their contexts take turns)."""
+        return bool(shared_without_mps(self.devices, [state.active for state in self.mps]))
+
+
+def gather_sharing(comm, host: str, backend) -> Sharing:
+    """Collective over ``comm``: every rank's device and MPS state, gathered once for the whole set-up."""
+    with collective(comm):
+        state = detect(backend.device_id if backend.on_gpu else None)
+    return Sharing(tuple(comm.allgather(device_of(backend, host))), tuple(comm.allgather(state)))
+
+
+def arrange(comm, host: str, backend, config, shape: tuple[int, int, int], nodes: int = 1,
+            sharing: Sharing | None = None) -> Arrangement:
     """Collective over ``comm`` (launch order): weights, MPS states and the grid of one run.
 
     Parameters
@@ -165,16 +186,18 @@ def arrange(comm, host: str, backend, config, shape: tuple[int, int, int], nodes
     nodes : int
         The run's (virtual) nodes: the default grid's face depends on it
         (:func:`hpcmm.planning.grid_orientation.facing`).
+    sharing : Sharing, optional
+        :func:`gather_sharing` of the same ``comm``, where the caller has it (gathered here otherwise).
 
     Raises
     ------
     HpcmmError
         On every rank, when any rank fails (its GEMM timing, say).
     """
-    balance = gather_balance(comm, config.balance, backend, host, config.dtype, tf32=config.tf32)
-    with collective(comm):
-        state = detect(backend.device_id if backend.on_gpu else None)
-    states = tuple(comm.allgather(state))
+    sharing = gather_sharing(comm, host, backend) if sharing is None else sharing
+    balance = gather_balance(comm, config.balance, backend, host, config.dtype, tf32=config.tf32,
+                             devices=sharing.devices)
+    states = sharing.mps
     with collective(comm):  # the same inputs everywhere, so the same verdict
         face = facing(config.grid_orientation, config.dtype, config.tf32, backend.on_gpu, nodes,
                       shared=backend.on_gpu and balance.shared, ranks=comm.Get_size(), n=shape[1])

@@ -25,9 +25,8 @@ from mpi4py import MPI
 
 from .algo_choice import Choice, Placed, choose
 from .algorithms.layers import Layers
-from .arrangement import Arrangement, arrange, arrangement_for
-from .balance import device_of, mode_for, product_rate, weights_for
-from .mps import detect, shared_without_mps
+from .arrangement import Arrangement, Sharing, arrange, arrangement_for, gather_sharing
+from .balance import mode_for, product_rate, weights_for
 from .choices import EngineChoices, layered_choices, summa_choices
 from ..config import RunConfig
 from ..execution.dynamic import DynamicEngine
@@ -88,8 +87,9 @@ def assembled(comm: MPI.Comm, config: RunConfig, shape_from: Callable[[object, R
         nodes = node_ranks(launch)
         # On CPUs MPI moves the blocks' own (host) buffers: the model's "mpi" path, never "staged".
         choice = _choose(launch, config, shape, nodes, awareness.aware or not backend.on_gpu)
-        config = _resolve_balance(launch, backend, config, choice)
-        arrangement = arrange(launch.comm, launch.host, backend, config, shape, launch.vnode_count)
+        sharing = gather_sharing(launch.comm, launch.host, backend)
+        config = _resolve_balance(launch, backend, config, choice, sharing)
+        arrangement = arrange(launch.comm, launch.host, backend, config, shape, launch.vnode_count, sharing)
         if arrangement.hint:  # ranks share a GPU without MPS
             say(arrangement.hint)
         if backend.on_gpu and not awareness.known and launch.vnode_count > 1:
@@ -114,16 +114,12 @@ def _blas_threads(topo):
         setting.restore()
 
 
-def _resolve_balance(launch, backend, config: RunConfig, choice: Choice) -> RunConfig:
-    """Collective: ``config`` with ``--balance auto`` replaced by the mode it stands for
-    (:func:`~hpcmm.planning.balance.mode_for`), from facts every rank gathers alike."""
+def _resolve_balance(launch, backend, config: RunConfig, choice: Choice, sharing: Sharing) -> RunConfig:
+    """``config`` with ``--balance auto`` replaced by the mode it stands for
+    (:func:`~hpcmm.planning.balance.mode_for`), from the facts every rank gathered alike (``sharing``)."""
     if config.balance != "auto":
         return config
-    with collective(launch.comm):
-        active = detect(backend.device_id if backend.on_gpu else None).active
-    devices = launch.comm.allgather(device_of(backend, launch.host))
-    sliced = bool(shared_without_mps(devices, launch.comm.allgather(active)))
-    mode = mode_for("auto", nodes=launch.vnode_count, on_gpu=backend.on_gpu, sliced=sliced,
+    mode = mode_for("auto", nodes=launch.vnode_count, on_gpu=backend.on_gpu, sliced=sharing.time_sliced,
                     summa=choice.layers is None)
     return dataclasses.replace(config, balance=mode, balance_asked="auto")
 

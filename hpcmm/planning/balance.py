@@ -332,7 +332,7 @@ class Balance:
 
 
 def gather_balance(comm, mode: str, backend, host: str, dtype: str, tf32: bool = False,
-                   size: int | None = None) -> Balance:
+                   size: int | None = None, devices=None) -> Balance:
     """Collective over ``comm``: every rank's device (and rate), and the weights of ``mode``.
 
     With ``measured`` all ranks start the timing together (a barrier), so
@@ -340,13 +340,14 @@ def gather_balance(comm, mode: str, backend, host: str, dtype: str, tf32: bool =
     operands' order (default 2048 on a GPU, where a product takes about a
     third of a millisecond, and 256 on a CPU); every rank counts products for
     at least a quarter of a second (:func:`gemm_rate`).  A failure on any rank (out of
-    memory for the operands, a bad mode) raises the same error on every rank.
+    memory for the operands, a bad mode) raises the same error on every rank.  ``devices``: every
+    rank's :func:`device_of`, where the caller gathered them already.
     """
     if size is None:
         size = 2048 if backend.on_gpu else 256
     if mode not in MODES:
         raise ValueError(f"--balance={mode!r}: expected one of {', '.join(MODES)}")
-    devices = tuple(comm.allgather(device_of(backend, host)))
+    devices = tuple(comm.allgather(device_of(backend, host)) if devices is None else devices)
     rates = None
     if mode == "measured":
         comm.Barrier()
