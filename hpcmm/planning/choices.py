@@ -55,8 +55,12 @@ LEAST_TILE_ROWS = {True: 256, False: 32}
 #: GPU kernels' tile loses much of its rate (a 25 %/75 % MPS pair at 16384³, decreasing tiles: 37
 #: TFLOP/s cut at any row, 49 cut at multiples of 128; docs/performance.md).
 TILE_ROW_ALIGN = {True: 128, False: 8}
-#: Dynamic tiles per worker where the blocks have rows enough: enough to even out a rank at half speed.
-TILES_PER_RANK = 8
+#: Dynamic tiles per worker (GPU, CPU) where the blocks have rows enough.  The last tile a slow rank
+#: claims sets how late the product ends, so tiles are as fine as the GEMMs allow: on a GPU 8 (finer
+#: GEMMs lose rate); on a CPU, whose BLAS keeps its rate at a hundred rows, 32 (docs/performance.md:
+#: two ranks given 6 and 2 threads reached 0.81 of their joint rate with 8, the last slow tile a
+#: fifth of the product).
+TILES_PER_RANK = {True: 8, False: 32}
 #: How a block's rows are cut into its tiles: ``"even"``, equal tiles; or ``"decreasing"``, tile i of n
 #: given rows in proportion to n - i (trapezoid self-scheduling, Tzen and Ni 1993: the first claims the
 #: widest GEMMs, the last, which even out the ranks' finishing times, the finest).  Even is the
@@ -65,29 +69,32 @@ TILES_PER_RANK = 8
 TILE_CUT = "even"
 
 
-def tiles_per_block(blocks: int, workers: int) -> int:
+def tiles_per_block(blocks: int, workers: int, on_gpu: bool) -> int:
     """How many tiles each of ``blocks`` C blocks is cut into for ``workers`` ranks that compute them.
 
     :data:`TILES_PER_RANK` per worker in all; one tile per block where one rank computes every tile
     (nothing to hand out: the fewest, widest GEMMs).
 
-    >>> tiles_per_block(4, 4), tiles_per_block(8, 2), tiles_per_block(8, 1)
+    >>> tiles_per_block(4, 4, True), tiles_per_block(8, 2, True), tiles_per_block(8, 1, True)
     (8, 2, 1)
+    >>> tiles_per_block(2, 2, False)
+    32
     """
     if workers <= 1:
         return 1
-    return max(1, -(-TILES_PER_RANK * workers // max(1, blocks)))
+    return max(1, -(-TILES_PER_RANK[on_gpu] * workers // max(1, blocks)))
 
 
-def tile_rows(rows: int, on_gpu: bool, count: int = TILES_PER_RANK,
+def tile_rows(rows: int, on_gpu: bool, count: int | None = None,
               cut: str | None = None) -> tuple[tuple[int, int], ...]:
     """The row ranges of one C block's tiles for ``--balance dynamic`` (:mod:`hpcmm.execution.dynamic`): up to
-    ``count`` (:func:`tiles_per_block`), none under :data:`LEAST_TILE_ROWS` rows (one tile where the block
-    is smaller), the rows beyond that least cut as :data:`TILE_CUT` says (or ``cut``).
+    ``count`` (:func:`tiles_per_block`; by default the device's :data:`TILES_PER_RANK`), none under
+    :data:`LEAST_TILE_ROWS` rows (one tile where the block is smaller), the rows beyond that least cut
+    as :data:`TILE_CUT` says (or ``cut``).
 
-    >>> tile_rows(1000, on_gpu=False, cut="even")[:3], len(tile_rows(1000, on_gpu=False, cut="even"))
+    >>> tile_rows(1000, on_gpu=False, count=8, cut="even")[:3], len(tile_rows(1000, False, 8, "even"))
     (((0, 120), (120, 248), (248, 368)), 8)
-    >>> [r1 - r0 for r0, r1 in tile_rows(3856, on_gpu=False, count=8)]
+    >>> [r1 - r0 for r0, r1 in tile_rows(3856, False, 8, "decreasing")]
     [832, 728, 632, 536, 432, 328, 232, 136]
     >>> tile_rows(300, on_gpu=True), tile_rows(0, on_gpu=True), tile_rows(4096, on_gpu=True, count=1)
     (((0, 300),), (), ((0, 4096),))
@@ -98,7 +105,7 @@ def tile_rows(rows: int, on_gpu: bool, count: int = TILES_PER_RANK,
     if rows <= 0:
         return ()
     least = LEAST_TILE_ROWS[on_gpu]
-    count = max(1, min(count, rows // least))
+    count = max(1, min(TILES_PER_RANK[on_gpu] if count is None else count, rows // least))
     # Each tile has `least` rows or more; the rows beyond count * least go in proportion to the weights;
     # each cut then moves down to a multiple of `align` (less than `least`: no tile is emptied).
     weights = range(count, 0, -1) if cut == "decreasing" else [1] * count
@@ -442,7 +449,7 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig, workers: tup
     if config.balance == "dynamic":  # any rank may compute every tile: that many records per product
         workers = tuple(range(topo.size)) if workers is None else tuple(workers)
         c_shapes = [layout.local_shapes(rank)["C"] for rank in range(topo.size)]
-        count = tiles_per_block(topo.size, len(workers))
+        count = tiles_per_block(topo.size, len(workers), backend.on_gpu)
         tiles = tuple(tile_rows(rows, backend.on_gpu, count) if cols else () for rows, cols in c_shapes)
         most_steps = max(1, sum(len(t) for t in tiles))
     else:
