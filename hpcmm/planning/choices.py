@@ -55,12 +55,11 @@ LEAST_TILE_ROWS = {True: 256, False: 32}
 #: GPU kernels' tile loses much of its rate (a 25 %/75 % MPS pair at 16384³, decreasing tiles: 37
 #: TFLOP/s cut at any row, 49 cut at multiples of 128; docs/performance.md).
 TILE_ROW_ALIGN = {True: 128, False: 8}
-#: Dynamic tiles per worker (GPU, CPU) where the blocks have rows enough.  The last tile a slow rank
-#: claims sets how late the product ends, so tiles are as fine as the GEMMs allow: on a GPU 8 (finer
-#: GEMMs lose rate); on a CPU, whose BLAS keeps its rate at a hundred rows, 32 (docs/performance.md:
-#: two ranks given 6 and 2 threads reached 0.81 of their joint rate with 8, the last slow tile a
-#: fifth of the product).
-TILES_PER_RANK = {True: 8, False: 32}
+#: Dynamic tiles per worker (GPU, CPU) where the blocks have rows enough: enough to even out a rank at
+#: half speed, few enough that each GEMM keeps its rate.  On CPUs (2 ranks given 6 and 2 BLAS threads,
+#: 4096³, docs/performance.md) 32 ran behind 8 in both calls that compared them (0.24 and 0.23 against
+#: 0.28 and 0.27 TFLOP/s), 16 between; a third call could not tell 2, 4 and 8 apart (8 twice: 0.25, 0.30).
+TILES_PER_RANK = {True: 8, False: 8}
 #: How a block's rows are cut into its tiles: ``"even"``, equal tiles; or ``"decreasing"``, tile i of n
 #: given rows in proportion to n - i (trapezoid self-scheduling, Tzen and Ni 1993: the first claims the
 #: widest GEMMs, the last, which even out the ranks' finishing times, the finest).  Even is the
@@ -78,7 +77,7 @@ def tiles_per_block(blocks: int, workers: int, on_gpu: bool) -> int:
     >>> tiles_per_block(4, 4, True), tiles_per_block(8, 2, True), tiles_per_block(8, 1, True)
     (8, 2, 1)
     >>> tiles_per_block(2, 2, False)
-    32
+    8
     """
     if workers <= 1:
         return 1
