@@ -55,11 +55,14 @@ LEAST_TILE_ROWS = {True: 256, False: 32}
 #: GPU kernels' tile loses much of its rate (a 25 %/75 % MPS pair at 16384³, decreasing tiles: 37
 #: TFLOP/s cut at any row, 49 cut at multiples of 128; docs/performance.md).
 TILE_ROW_ALIGN = {True: 128, False: 8}
-#: Dynamic tiles per worker (GPU, CPU) where the blocks have rows enough: enough to even out a rank at
-#: half speed, few enough that each GEMM keeps its rate.  On CPUs (2 ranks given 6 and 2 BLAS threads,
-#: 4096³, docs/performance.md) 32 ran behind 8 in both calls that compared them (0.24 and 0.23 against
-#: 0.28 and 0.27 TFLOP/s), 16 between; a third call could not tell 2, 4 and 8 apart (8 twice: 0.25, 0.30).
-TILES_PER_RANK = {True: 8, False: 8}
+#: Dynamic tiles per worker (GPU, CPU) where the blocks have rows enough: enough to even out ranks of
+#: different speeds, few enough that each GEMM keeps its rate and, on a GPU under MPS, its share of the
+#: SMs against another program's kernels (docs/performance.md, 2 ranks at 16384³ on an H200): beside a
+#: co-runner under MPS 1, 2, 4 and 8 tiles per worker ran 43.6, 32.2, 24.1 and 16.4 TFLOP/s against
+#: ``share``'s 27.2; with 25 %/75 % SM limits 2 ran 49.2, 8 ran 50.1 and 1 (nothing to hand out)
+#: 28.0.  On CPUs (2 ranks given 6 and 2 BLAS threads, 4096³) 32 ran behind 8 in both calls that
+#: compared them (0.24 and 0.23 against 0.28 and 0.27 TFLOP/s); 2, 4 and 8 were inside the spread.
+TILES_PER_RANK = {True: 2, False: 8}
 #: How a block's rows are cut into its tiles: ``"even"``, equal tiles; or ``"decreasing"``, tile i of n
 #: given rows in proportion to n - i (trapezoid self-scheduling, Tzen and Ni 1993: the first claims the
 #: widest GEMMs, the last, which even out the ranks' finishing times, the finest).  Even is the
@@ -74,10 +77,10 @@ def tiles_per_block(blocks: int, workers: int, on_gpu: bool) -> int:
     :data:`TILES_PER_RANK` per worker in all; one tile per block where one rank computes every tile
     (nothing to hand out: the fewest, widest GEMMs).
 
-    >>> tiles_per_block(4, 4, True), tiles_per_block(8, 2, True), tiles_per_block(8, 1, True)
-    (8, 2, 1)
-    >>> tiles_per_block(2, 2, False)
-    8
+    >>> tiles_per_block(4, 4, True), tiles_per_block(4, 4, False), tiles_per_block(8, 2, False)
+    (2, 8, 2)
+    >>> tiles_per_block(8, 1, True)
+    1
     """
     if workers <= 1:
         return 1
