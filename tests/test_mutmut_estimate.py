@@ -1,0 +1,40 @@
+"""tests/mutmut_estimate.py: the full mutation run's worst case, from mutmut's first pass."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from launcher import REPO
+from mutmut_estimate import estimate
+
+
+def _mutants(tmp_path):
+    root = tmp_path / "mutants"
+    (root / "hpcmm" / "io").mkdir(parents=True)
+    (root / "mutmut-stats.json").write_text(json.dumps({
+        "tests_by_mangled_function_name": {"hpcmm.io.a.x_f": ["t1", "t2"], "hpcmm.io.a.x_g": ["t2"]},
+        "duration_by_test": {"t1": 3.0, "t2": 0.5, "t_child_only": 40.0}}))
+    (root / "hpcmm" / "io" / "a.py.meta").write_text(json.dumps({"exit_code_by_key": {
+        "hpcmm.io.a.x_f__mutmut_1": 1, "hpcmm.io.a.x_f__mutmut_2": None, "hpcmm.io.a.x_g__mutmut_1": None,
+        "hpcmm.io.a.x_h__mutmut_1": None}}))
+    return root
+
+
+def test_each_mutant_counts_the_tests_of_its_function(tmp_path):
+    found = estimate(_mutants(tmp_path))
+    row = found["modules"]["hpcmm/io/a.py"]
+    assert row == {"mutants": 4, "no_tests": 1, "judged": 1, "worst_s": 3.5 + 3.5 + 0.5}
+    assert found["unused_tests"] == {"t_child_only": 40.0} and found["first_pass_s"] == 43.5
+
+
+def test_the_command_prints_the_total_and_refuses_without_a_first_pass(tmp_path):
+    root = _mutants(tmp_path)
+    script = REPO / "tests" / "mutmut_estimate.py"
+    out = subprocess.run([sys.executable, str(script), "--mutants", str(root)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "all 1 modules" in out.stdout and "0.00 h" in out.stdout and "t_child_only" in out.stdout
+    (root / "mutmut-stats.json").unlink()
+    out = subprocess.run([sys.executable, str(script), "--mutants", str(root)], capture_output=True, text=True)
+    assert out.returncode == 2 and "mutmut-stats.json: not there" in out.stderr
