@@ -58,7 +58,7 @@ TILE_ROW_ALIGN = {True: 128, False: 8}
 #: Dynamic tiles per worker (GPU, CPU) where the blocks have rows enough: enough to even out ranks of
 #: different speeds, few enough that each GEMM keeps its rate and, on a GPU under MPS, its share of the
 #: SMs against another program's kernels (docs/performance.md, 2 ranks at 16384³ on an H200): beside a
-#: co-runner under MPS 1, 2, 4 and 8 tiles per worker ran 43.6, 32.2, 24.1 and 16.4 TFLOP/s against
+#: co-runner under MPS 1, 2, 4 and 8 tiles per worker ran 43.6, 31.8–32.2, 24.1 and 16.4 TFLOP/s against
 #: ``share``'s 27.2; with 25 %/75 % SM limits 2 ran 49.2, 8 ran 50.1 and 1 (nothing to hand out)
 #: 28.0.  On CPUs (2 ranks given 6 and 2 BLAS threads, 4096³) 32 ran behind 8 in both calls that
 #: compared them (0.24 and 0.23 against 0.28 and 0.27 TFLOP/s); 2, 4 and 8 were inside the spread.
