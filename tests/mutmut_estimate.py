@@ -16,19 +16,14 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import re
 from pathlib import Path
 
-_MUTANT = re.compile(r"__mutmut_\d+$")
+from mutmut.utils.format_utils import mangled_name_from_mutant_name
 
 
 def function_key(mutant: str) -> str:
-    """The function a mutant mutates, as the first pass names it.
-
-    >>> function_key("hpcmm.verify.x_full_check__mutmut_25")
-    'hpcmm.verify.x_full_check'
-    """
-    return _MUTANT.sub("", mutant)
+    """The function a mutant mutates, as the first pass names it: mutmut's own lookup of a mutant's tests."""
+    return mangled_name_from_mutant_name(mutant.replace("__init__.", ""))
 
 
 def estimate(mutants_dir: Path) -> dict:
