@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -245,10 +246,16 @@ def test_output_directory_without_write_permission(tmp_path):
     _check_refused(outcome, 2, f"directory {locked} is not writable", locked / "r.h5")
 
 
-def test_gpu_asked_for_where_there_is_none(tmp_path):
-    from hpcmm.execution.backend import gpu_count
+def _gpu_count() -> int:
+    """hpcmm's count of usable GPUs, asked in a child process: no test here calls hpcmm in pytest's own
+    (mutmut's selection leaves this file out on that ground; tests/test_mutmut_config.py)."""
+    code = "from hpcmm.execution.backend import gpu_count; print(gpu_count())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return int(done.stdout.split()[-1])
 
-    if gpu_count() > 0:
+
+def test_gpu_asked_for_where_there_is_none(tmp_path):
+    if _gpu_count() > 0:
         pytest.skip("this machine has a usable GPU")
     out = tmp_path / "r.h5"
     outcome = hpcmm(2, ["--device", "gpu", *SMALL, "--out", str(out)], tmp_path)
@@ -261,9 +268,7 @@ def test_gpu_asked_for_where_there_is_none(tmp_path):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_problem_too_big_for_device_memory(tmp_path, ranks):
     """Refused before any device allocation, with the bytes needed and available."""
-    from hpcmm.execution.backend import gpu_count
-
-    if gpu_count() < 1:
+    if _gpu_count() < 1:
         pytest.skip("needs a CUDA GPU and cupy")
     out = tmp_path / "r.h5"
     outcome = hpcmm(ranks, ["--device", "gpu", "--m", "1000000", "--n", "1000000", "--k", "1000000",
