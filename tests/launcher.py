@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -41,6 +42,16 @@ def mpiexec_or_skip(path_first: bool = False) -> str:
         places = "on PATH or beside this Python" if path_first else "beside this Python or on PATH"
         pytest.skip(f"no mpiexec ($MPIEXEC, {places}; pip install -e '.[mpich]' brings one)")
     return found
+
+
+@functools.cache
+def gpu_count() -> int:
+    """hpcmm's count of usable GPUs here (:func:`hpcmm.execution.backend.gpu_count`), asked once, in a child
+    process: a test that only decides its skip by it calls no hpcmm in pytest's own process (the rule of
+    mutmut's selection, tests/test_mutmut_config.py), and pytest holds no CUDA context of its own."""
+    code = "from hpcmm.execution.backend import gpu_count; print(gpu_count())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    return int(done.stdout.split()[-1])
 
 
 def quiet_environment() -> dict[str, str]:

@@ -37,7 +37,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from launcher import mpiexec_or_skip, quiet_environment, run_launcher
+from launcher import gpu_count, mpiexec_or_skip, quiet_environment, run_launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTS = 200
@@ -295,12 +295,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _gpus() -> int:
-    from hpcmm.execution.backend import gpu_count
-
-    return gpu_count()
-
-
 def _under_mpiexec(ranks: int, device: str, tmp_path: Path) -> list[dict]:
     """Every rank's report of :data:`PRODUCTS` products; a hang is a job silent for :func:`quiet_within`
     seconds (rank 0 prints a line per product), whatever the whole takes on a loaded machine."""
@@ -331,7 +325,7 @@ def test_no_leaks_two_ranks_cpu(tmp_path):
 
 @pytest.mark.gpu
 def test_no_leaks_one_rank_gpu():
-    if _gpus() < 1:
+    if gpu_count() < 1:
         pytest.skip("needs a CUDA GPU and cupy")
     assert problems(measure("gpu")) == []
 
@@ -340,7 +334,7 @@ def test_no_leaks_one_rank_gpu():
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_no_leaks_several_ranks_gpu(ranks, tmp_path):
     """Ranks on one GPU or several: IPC mappings (and, at 4 ranks, events) opened and closed every product."""
-    if _gpus() < 1:
+    if gpu_count() < 1:
         pytest.skip("needs a CUDA GPU and cupy")
     reports = _under_mpiexec(ranks, "gpu", tmp_path)
     for report in reports:
@@ -360,7 +354,7 @@ def test_no_leaks_when_every_run_plans_its_gemms(tmp_path):
     """Each run plans its shapes anew (cuBLASLt autotuned, timed against GemmEx) and lets the plans go when
     its engine closes: 30 runs leave cupy's pool, device memory, resident memory, threads and descriptors
     where 3 warm-up runs left them."""
-    if _gpus() < 1:
+    if gpu_count() < 1:
         pytest.skip("needs a CUDA GPU and cupy")
     pytest.importorskip("nvmath.linalg.advanced", reason="needs nvmath-python (the cublaslt extra)")
     import h5py

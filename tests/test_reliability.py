@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import h5py
 import numpy as np
 import pytest
 import ranklog
+from launcher import gpu_count
 from test_reliability_budget import end_within, hang_within, refuse_within, within
 from ranklog import Part, hpcmm_argv, runner_argv
 
@@ -246,16 +246,8 @@ def test_output_directory_without_write_permission(tmp_path):
     _check_refused(outcome, 2, f"directory {locked} is not writable", locked / "r.h5")
 
 
-def _gpu_count() -> int:
-    """hpcmm's count of usable GPUs, asked in a child process: no test here calls hpcmm in pytest's own
-    (mutmut's selection leaves this file out on that ground; tests/test_mutmut_config.py)."""
-    code = "from hpcmm.execution.backend import gpu_count; print(gpu_count())"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    return int(done.stdout.split()[-1])
-
-
 def test_gpu_asked_for_where_there_is_none(tmp_path):
-    if _gpu_count() > 0:
+    if gpu_count() > 0:
         pytest.skip("this machine has a usable GPU")
     out = tmp_path / "r.h5"
     outcome = hpcmm(2, ["--device", "gpu", *SMALL, "--out", str(out)], tmp_path)
@@ -268,7 +260,7 @@ def test_gpu_asked_for_where_there_is_none(tmp_path):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_problem_too_big_for_device_memory(tmp_path, ranks):
     """Refused before any device allocation, with the bytes needed and available."""
-    if _gpu_count() < 1:
+    if gpu_count() < 1:
         pytest.skip("needs a CUDA GPU and cupy")
     out = tmp_path / "r.h5"
     outcome = hpcmm(ranks, ["--device", "gpu", "--m", "1000000", "--n", "1000000", "--k", "1000000",

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launcher import mpiexec_or_skip, quiet_environment
+from launcher import gpu_count, mpiexec_or_skip, quiet_environment
 from ranklog import RUNNER, descendants, kill_tree, rank_of, runner_argv
 from test_reliability_budget import end_within, hang_within, within
 
@@ -241,12 +241,6 @@ def test_interrupted_overwrite_keeps_the_previous_file(job, tmp_path, when):
 
 
 # -- the same on GPUs (skipped without one) ------------------------------------------
-def _gpus() -> int:
-    from hpcmm.execution.backend import gpu_count
-
-    return gpu_count()
-
-
 GPU_LOOP = ["--m", "8192", "--n", "8192", "--k", "8192", "--iters", "1000", "--warmup", "0", "--verify", "none"]
 
 
@@ -254,7 +248,7 @@ GPU_LOOP = ["--m", "8192", "--n", "8192", "--k", "8192", "--iters", "1000", "--w
 @pytest.mark.parametrize("target", ["mpiexec", "rank 0", "rank 1"])
 def test_sigterm_during_the_gpu_loop_ends_the_job_cleanly(job, target):
     """Two ranks on the GPUs (one GPU shared, or one each): CUDA IPC and the GEMMs in flight."""
-    if _gpus() < 1:
+    if gpu_count() < 1:
         pytest.skip("needs a CUDA GPU and cupy")
     j = job(2, GPU_LOOP, "gpu")
     j.wait_for_loop()
@@ -265,7 +259,7 @@ def test_sigterm_during_the_gpu_loop_ends_the_job_cleanly(job, target):
 @pytest.mark.gpu
 @pytest.mark.parametrize("how", ["SIGTERM to rank 1", "SIGKILL to rank 0"])
 def test_gpu_run_killed_while_rank_0_writes_leaves_no_temporary_file(job, how):
-    if _gpus() < 1:
+    if gpu_count() < 1:
         pytest.skip("needs a CUDA GPU and cupy")
     j = job(2, [*SHORT, "--ranks-per-node", "1"], "gpu", fault="0:write:hang-after")
     j.wait_for_partial()
