@@ -13,7 +13,10 @@ time slices (no MPS) leave every tile to the first of them (:func:`~hpcmm.planni
 one context then keeps the GPU busy, each block one tile.
 
 No panel moves: the GEMMs read the owners' memory (on one GPU, the same device memory; between
-GPUs of a node, over NVLink through peer access).  The product ends when every rank has
+GPUs of a node, over NVLink through peer access).  A lone worker, where the operands fit twice,
+first gathers the operands whose k the grid cuts (:func:`~hpcmm.planning.choices.lone_worker_gather`)
+into one buffer each, on the communication stream while its first tile runs from the owners'
+blocks; every later tile is then one GEMM over the whole of k.  The product ends when every rank has
 synchronized its device and passed a barrier.
 
 Each tile computed is one "step" of the rank's records (``/timings/steps``: its GEMM seconds,
@@ -38,7 +41,7 @@ from ..errors import collective_setup, raised_everywhere
 from ..geometry.layout import Layout, padded
 from .transport.channel import select_paths
 
-__all__ = ["DynamicEngine", "DynamicTimes"]
+__all__ = ["DynamicEngine", "DynamicTimes", "block_k_offsets"]
 
 #: Tiles a rank's device may still be running when it claims the next, where several ranks compute:
 #: none, so that a slow rank never holds a tile queued behind its running one while a free rank
@@ -70,6 +73,20 @@ def merged_spans(steps: list[Step]) -> list[Step]:
         else:
             spans.append(step)
     return spans
+
+
+def block_k_offsets(layout: Layout) -> tuple[list[int], list[int]]:
+    """Where each grid column's A block and each grid row's B block start along k: the offsets at which a
+    lone worker's whole operands (:func:`~hpcmm.planning.choices.lone_worker_gather`) hold them.
+
+    >>> from hpcmm.geometry.layout import Grid
+    >>> block_k_offsets(Layout(10, 10, 11, Grid(2, 3)))
+    ([0, 4, 8], [0, 6])
+    """
+    grid = layout.grid
+    a_widths = [layout.local_shapes(grid.rank(0, col))["A"][1] for col in range(grid.cols)]
+    b_heights = [layout.local_shapes(grid.rank(row, 0))["B"][0] for row in range(grid.rows)]
+    return [int(x) for x in np.cumsum([0] + a_widths[:-1])], [int(x) for x in np.cumsum([0] + b_heights[:-1])]
 
 
 @dataclasses.dataclass
@@ -141,6 +158,10 @@ class DynamicEngine:
             self.counters = MPI.Win.Allocate_shared(8, 8, comm=topo.comm)
         self._views = [self._blocks(rank) for rank in range(size)]
         self.A, self.B, self.C = self._views[topo.rank]
+        #: The whole operands a lone worker gathers (per grid row for A, per grid column for B), and the
+        #: copies that fill them: (destination, source, source rank) of flat views.
+        self.gather = choices.gather if topo.rank in self.workers else ""
+        self._whole_a, self._whole_b, self._gather_copies = self._gather_buffers()
         backend.poison(self.C)
         backend.synchronize()
         topo.comm.Barrier()
@@ -157,11 +178,47 @@ class DynamicEngine:
         """The SUMMA steps of ``rank``'s block in k order, at the plan's panel width (no ramp: nothing moves)."""
         return rank_plan(self.layout, rank, self.panel, 0, own_order=False)
 
-    def _blocks(self, rank: int):
-        """``rank``'s A (column-major), B and C (row-major) as arrays of their logical shapes."""
+    def _flat(self, rank: int):
+        """``rank``'s buffer (A, B, C one after the other) as a flat array of the product's type."""
         nbytes = sum(self._sizes[rank]) * self.dtype.itemsize
         raw = self._raw if rank == self.topo.rank else self.peers.view(rank, nbytes)
-        flat = raw.view(self.dtype)
+        return raw.view(self.dtype)
+
+    def _gather_buffers(self):
+        """The whole operands of :attr:`gather` (empty lists where none), and the copies that fill them.
+
+        A column-major A block is its columns one after the other, a row-major B block its rows: the
+        blocks of one grid row (A) or column (B) laid end to end at their k offsets
+        (:func:`block_k_offsets`) are the whole operand with the blocks' leading dimension, so each
+        block is one contiguous copy.
+        """
+        grid, k, copies = self.layout.grid, self.layout.k, []
+        a_offsets, b_offsets = block_k_offsets(self.layout)
+        whole_a, whole_b = [], []
+        for row in range(grid.rows if "A" in self.gather else 0):
+            first = grid.rank(row, 0)
+            ld, m_loc = self._ld_a[first], self.layout.local_shapes(first)["A"][0]
+            whole = self.backend.empty((ld * k,), self.dtype)
+            whole_a.append(whole.reshape((ld, k), order="F")[:m_loc])
+            for col, offset in enumerate(a_offsets):
+                source = grid.rank(row, col)
+                size = self._sizes[source][0]
+                copies.append((whole[ld * offset:ld * offset + size], self._flat(source)[:size], source))
+        for col in range(grid.cols if "B" in self.gather else 0):
+            first = grid.rank(0, col)
+            ld, n_loc = self._ld_bc[first], self.layout.local_shapes(first)["B"][1]
+            whole = self.backend.empty((k * ld,), self.dtype)
+            whole_b.append(whole.reshape((k, ld))[:, :n_loc])
+            for row, offset in enumerate(b_offsets):
+                source = grid.rank(row, col)
+                a_size, b_size, _ = self._sizes[source]
+                copies.append((whole[ld * offset:ld * offset + b_size], self._flat(source)[a_size:a_size + b_size],
+                               source))
+        return whole_a, whole_b, copies
+
+    def _blocks(self, rank: int):
+        """``rank``'s A (column-major), B and C (row-major) as arrays of their logical shapes."""
+        flat = self._flat(rank)
         a_size, b_size, c_size = self._sizes[rank]
         shapes = self.layout.local_shapes(rank)
         (m_loc, k_a), (k_b, n_loc) = shapes["A"], shapes["B"]
@@ -199,6 +256,30 @@ class DynamicEngine:
         self.counters.Unlock(owner)
         return int(got[0])
 
+    def _gather(self, product_start) -> object:
+        """Queue the copies that fill the whole operands on the communication stream, after
+        ``product_start`` (the product's time holds them); returns the event of their end."""
+        stream = self.backend.comm_stream
+        self.backend.wait(stream, product_start)
+        for dst, src, source in self._gather_copies:
+            self.backend.copy(dst, src, stream=stream)
+            if source != self.topo.rank:
+                self.bytes_by_pair[(source, self.topo.rank, self.peers.path)] += src.nbytes
+        return self.backend.event(stream)
+
+    def _whole_tile(self, owner: int, row0: int, row1: int, stream) -> None:
+        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B as one GEMM over the whole of k, from the
+        gathered operands (an operand whose k the grid does not cut is its one block: the owner's own)."""
+        grid = self.layout.grid
+        row, col = grid.coords(owner)
+        a = (self._whole_a[row] if self._whole_a else self._views[grid.rank(row, 0)][0])[row0:row1]
+        b = self._whole_b[col] if self._whole_b else self._views[grid.rank(0, col)][1]
+        self.backend.gemm(a, b, self._views[owner][2][row0:row1], accumulate=False, stream=stream, tf32=self.tf32)
+        self._progress()
+        for source, part, whole in ((grid.rank(row, 0), a, self._whole_a), (grid.rank(0, col), b, self._whole_b)):
+            if not whole and source != self.topo.rank:
+                self.bytes_by_pair[(source, self.topo.rank, self.peers.path)] += part.nbytes
+
     def _tile(self, owner: int, row0: int, row1: int, stream) -> None:
         """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, one GEMM per merged step; counts the bytes read
         from other ranks' blocks (:attr:`bytes_by_pair`)."""
@@ -232,6 +313,7 @@ class DynamicEngine:
         done = []  # (owner, tile, start event, end event)
         size, queued = comm.Get_size(), self.queued
         owners = [(me + shift) % size for shift in range(size)] if me in self.workers else []
+        gathered = self._gather(product_start) if self.gather else None
         for owner in owners:
             tiles = self.tiles[owner]
             while True:
@@ -243,8 +325,14 @@ class DynamicEngine:
                 index = self._claim(owner, one, got)
                 if index >= len(tiles):
                     break
+                if gathered is not None and done:  # the first tile ran while the copies did
+                    backend.wait(stream, gathered)
+                    gathered = None
                 begin = backend.event(stream)
-                self._tile(owner, *tiles[index], stream)
+                if self.gather and done:
+                    self._whole_tile(owner, *tiles[index], stream)
+                else:
+                    self._tile(owner, *tiles[index], stream)
                 done.append((owner, index, begin, backend.event(stream)))
         product_end = backend.event(stream)
         backend.synchronize()
@@ -276,7 +364,7 @@ class DynamicEngine:
         self.closed = True
         self.backend.synchronize()
         self.backend.forget_gemm_plans()
-        self._views = []
+        self._views, self._whole_a, self._whole_b, self._gather_copies = [], [], [], []
         self.A = self.B = self.C = None
         if self.counters is not None:
             self.counters.Free()

@@ -149,7 +149,7 @@ def _engine(launch, backend, config: RunConfig, shape, arrangement: Arrangement,
             weights = () if layout.weights is None else tuple(layout.weights)
             plan = _plan(launch, backend, config, shape, aware, semantics, choices, algorithm="summa", layers=1,
                          grid=str(layout.grid), rank_order=tuple(arrangement.order), weights=weights,
-                         tile_workers=choices.workers)
+                         tile_workers=choices.workers, tile_gather=choices.gather)
             executor = DynamicEngine if config.balance == "dynamic" else Engine
             with executor(topo, backend, layout, choices, config, aware) as engine:
                 yield plan, engine

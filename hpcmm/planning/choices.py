@@ -43,8 +43,9 @@ from ..execution.transport.reduce import scratch_bytes
 from ..verify import VERIFY_CHUNK_BYTES, VERIFY_COPIES
 
 __all__ = [
-    "EngineChoices", "channel_slots", "check_memory", "device_need", "gpus_shared", "largest_fitting",
-    "layered_choices", "memory_needed", "memory_parts", "scaled", "summa_choices", "tile_rows",
+    "EngineChoices", "channel_slots", "check_memory", "device_need", "gather_bytes", "gpus_shared",
+    "largest_fitting", "layered_choices", "lone_worker_gather", "memory_needed", "memory_parts", "scaled",
+    "summa_choices", "tile_rows",
     "widest_fitting", "working_bytes"
 ]
 
@@ -69,6 +70,9 @@ TILES_PER_RANK = {True: 2, False: 8}
 #: default: decreasing ran 2 % behind it on an H200 under MPS and within the spread on CPUs
 #: (docs/performance.md); tests/gpu/with_setting.py sets the other for a comparison.
 TILE_CUT = "even"
+#: Whether a lone dynamic worker gathers the whole operands where they fit (:func:`lone_worker_gather`);
+#: 0 keeps its tiles reading the owners' blocks (tests/gpu/with_setting.py sets it for a comparison).
+LONE_WORKER_GATHER = 1
 
 
 def tiles_per_block(blocks: int, workers: int, on_gpu: bool) -> int:
@@ -117,6 +121,41 @@ def tile_rows(rows: int, on_gpu: bool, count: int | None = None,
         acc += weight
         cuts.append(rows if i == count else (i * least + spare * acc // total) // align * align)
     return tuple(zip(cuts[:-1], cuts[1:]))
+
+
+def lone_worker_gather(layout: Layout, workers) -> str:
+    """The operands a lone dynamic worker gathers whole along k: ``"A"`` where the grid's columns cut A's
+    k, ``"B"`` where its rows cut B's, ``""`` with several workers (each claims tiles while the others
+    still read the owners' blocks; a copy of every operand per worker would not pay for itself).
+
+    Its tiles are then one GEMM each over the whole of k instead of one per source block: narrow GEMMs
+    that read and write their C strip once per block of k lose rate (8 ranks time-sliced on one GPU:
+    docs/performance.md, ``--balance``).
+
+    >>> g = lambda rows, cols: Layout(64, 64, 64, Grid(rows, cols))
+    >>> lone_worker_gather(g(1, 8), (0,)), lone_worker_gather(g(2, 4), (0,)), lone_worker_gather(g(8, 1), (0,))
+    ('A', 'AB', 'B')
+    >>> lone_worker_gather(g(1, 1), (0,)), lone_worker_gather(g(1, 8), (0, 4))
+    ('', '')
+    """
+    if len(workers) != 1:
+        return ""
+    return "A" * (layout.grid.cols > 1) + "B" * (layout.grid.rows > 1)
+
+
+def gather_bytes(layout: Layout, itemsize: int, gather: str) -> int:
+    """Bytes of the whole operands ``gather`` names (:func:`lone_worker_gather`), each grid row's A and each
+    grid column's B stored with the blocks' padded leading dimension.
+
+    >>> gather_bytes(Layout(100, 60, 40, Grid(2, 2)), 8, "A"), gather_bytes(Layout(100, 60, 40, Grid(2, 2)), 8, "")
+    (32000, 0)
+    """
+    grid, total = layout.grid, 0
+    if "A" in gather:
+        total += sum(padded(layout.local_shapes(grid.rank(r, 0))["C"][0], itemsize) for r in range(grid.rows)) * layout.k
+    if "B" in gather:
+        total += sum(padded(layout.local_shapes(grid.rank(0, c))["C"][1], itemsize) for c in range(grid.cols)) * layout.k
+    return total * itemsize
 
 
 def tile_workers(devices, mps_active, on_gpu: bool) -> tuple[int, ...]:
@@ -181,6 +220,9 @@ class EngineChoices:
     #: them (:func:`tile_workers`); empty otherwise.
     tiles: tuple = ()
     workers: tuple = ()
+    #: ``--balance dynamic`` with one worker: the operands it gathers whole along k before its tiles
+    #: (:func:`lone_worker_gather`: ``"A"``, ``"B"``, ``"AB"``), so that each tile is one GEMM; ``""`` otherwise.
+    gather: str = ""
 
     @property
     def ring(self) -> int:
@@ -448,19 +490,26 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig, workers: tup
     order_of_steps = step_order(config.step_order, topo.vnode_count)
     steps = tuple(rank_plan(layout, topo.rank, panel, prefetch, own_order=order_of_steps == "own-first"))
     tiles, most_steps = (), max(topo.comm.allgather(len(steps)))
+    gather, own_bytes = "", needed(panel)
     if config.balance == "dynamic":  # any rank may compute every tile: that many records per product
         workers = tuple(range(topo.size)) if workers is None else tuple(workers)
         c_shapes = [layout.local_shapes(rank)["C"] for rank in range(topo.size)]
         count = tiles_per_block(topo.size, len(workers), backend.on_gpu)
         tiles = tuple(tile_rows(rows, backend.on_gpu, count) if cols else () for rows, cols in c_shapes)
         most_steps = max(1, sum(len(t) for t in tiles))
+        # A lone worker shares its device with every rank (tile_workers): it gathers where the whole
+        # operands fit beside the blocks, and multiplies tile by tile from the owners' blocks where not.
+        extra = gather_bytes(layout, itemsize, lone_worker_gather(layout, workers))
+        if extra and LONE_WORKER_GATHER and topo.comm.allreduce(int(device_bytes + extra <= free), op=MPI.MIN):
+            gather, device_bytes = lone_worker_gather(layout, workers), device_bytes + extra
+            own_bytes += extra * (topo.rank in workers)
     else:
         workers = ()
     return EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
-                         step_order=order_of_steps, rank_steps=steps, steps=most_steps, needed_bytes=needed(panel),
+                         step_order=order_of_steps, rank_steps=steps, steps=most_steps, needed_bytes=own_bytes,
                          device_bytes=device_bytes, slots=slots,
                          operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, operand_slots, relayout)[0],
-                         free_bytes=int(free), tiles=tiles, workers=workers)
+                         free_bytes=int(free), tiles=tiles, workers=workers, gather=gather)
 
 
 def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int],

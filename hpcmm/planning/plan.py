@@ -115,6 +115,9 @@ class Plan:
     #: ``--balance dynamic``: the grid positions that compute tiles (ranks that share a GPU by time
     #: slices leave them to the first of them); ``()`` otherwise.
     tile_workers: tuple[int, ...] = ()
+    #: ``--balance dynamic`` with one worker: the operands it gathers whole along k (``"A"``, ``"B"``, ``"AB"``;
+    #: :func:`~hpcmm.planning.choices.lone_worker_gather`), so that its tiles are one GEMM each; ``""`` otherwise.
+    tile_gather: str = ""
     panel: int = 0
     panel_auto: bool = True
     prefetch: int = 0

@@ -27,7 +27,8 @@
 #    two reach side by side as two one-rank runs at the same time ("together", the faster given
 #    more products so that both run for about as long).
 # A balance written dynamicQ (dynamic2, say) is --balance dynamic with Q tiles queued per worker,
-# dynamic-even (or dynamicQ-even) with even tiles, dynamic-tpT (dynamic-even-tp8) with T tiles per worker (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
+# dynamic-even (or dynamicQ-even) with even tiles, dynamic-tpT (dynamic-even-tp8) with T tiles per worker,
+# dynamic-nogather with a lone worker's tiles read from the owners' blocks (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
 # (default "share measured dynamic"), DYN_CPU_BALANCES (default "share measured product dynamic")
 # and DYN_CO_VARIANTS take them, for A/B runs in one call.
 # Each run's row goes to $OUT/rows.tsv (round, case, ranks, n, balance, rc, TFLOP/s, imbalance,
@@ -58,10 +59,12 @@ fi
 failed=0
 
 # hpcmm_cmd BALANCE: the words that start hpcmm with that balance (dynamicQ: Q tiles queued per
-# worker; -even: even tiles; -tpT: T tiles per worker, GPU and CPU alike)
+# worker; -even: even tiles; -tpT: T tiles per worker, GPU and CPU alike; -nogather: a lone worker
+# reads the owners' blocks, no whole operands)
 hpcmm_cmd() {
-  if [[ $1 =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?$ ]] && [ "$1" != dynamic ]; then
+  if [[ $1 =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?(-nogather)?$ ]] && [ "$1" != dynamic ]; then
     local set=()
+    [ -n "${BASH_REMATCH[5]}" ] && set+=(planning.choices.LONE_WORKER_GATHER=0)
     [ -n "${BASH_REMATCH[1]}" ] && set+=("execution.dynamic.QUEUED_TILES=${BASH_REMATCH[1]}")
     [ -n "${BASH_REMATCH[2]}" ] && set+=(planning.choices.TILE_CUT=even)
     [ -n "${BASH_REMATCH[4]}" ] && set+=("planning.choices.TILES_PER_RANK[True]=${BASH_REMATCH[4]}" \

@@ -168,11 +168,38 @@ def test_ranks_that_time_slice_one_gpu_leave_every_tile_to_one_worker(mpi_tmp_pa
     def check():
         rows, taken = _tiles(cfg.out)
         with h5py.File(cfg.out, "r") as f:
-            assert json.loads(f["config"].attrs["plan"])["tile_workers"] == [0]
+            plan = json.loads(f["config"].attrs["plan"])
+        assert plan["tile_workers"] == [0]
+        grid_rows, grid_cols = (int(x) for x in plan["grid"].split("x"))
+        # The lone worker multiplies the operands whose k the grid cuts from whole copies (C checked in full).
+        assert plan["tile_gather"] == "A" * (grid_cols > 1) + "B" * (grid_rows > 1)
+        others = [b for r, b in enumerate(plan["memory_bytes"]) if r != 0]
+        assert P == 1 or plan["memory_bytes"][0] > max(others)  # the whole operands are counted on its device
         assert {int(r["rank"]) for r in rows} == {0}
         per_product = collections.Counter((int(r["product"]), int(r["owner"]), int(r["tile"])) for r in rows)
         assert sorted(per_product) == [(p, owner, 0) for p in range(2) for owner in range(P)]  # one tile a block
         assert set(per_product.values()) == {1}
         assert taken == (0.0 if P == 1 else (P - 1) / P)
+
+    on_rank0(check)
+
+
+def test_a_lone_worker_multiplies_from_the_owners_blocks_where_whole_operands_do_not_fit(mpi_tmp_path, monkeypatch):
+    """No room for the whole operands beside the blocks: the lone worker gathers nothing, every tile's GEMMs
+    read the owners' blocks, and C is still right."""
+    from hpcmm.planning import choices
+    from hpcmm.planning.arrangement import Arrangement
+
+    monkeypatch.setattr(Arrangement, "tile_workers", property(lambda self: (0,)))
+    monkeypatch.setattr(choices, "gather_bytes", lambda layout, itemsize, gather: 2**62 if gather else 0)
+    cfg = config(mpi_tmp_path, m=200 * P + 5, n=39, k=90, balance="dynamic", iters=2, warmup=0, panel=16,
+                 verify="full", save_c=False)
+    result = hpcmm.run(cfg, comm=COMM)
+    everywhere(result.check.passed, f"residual {result.check.residual}")
+
+    def check():
+        with h5py.File(cfg.out, "r") as f:
+            plan = json.loads(f["config"].attrs["plan"])
+        assert plan["tile_workers"] == [0] and plan["tile_gather"] == ""
 
     on_rank0(check)
