@@ -192,6 +192,29 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def tree_state(pid: int) -> str:
+    """One line per process of ``pid``'s tree: pid, parent, state and wait channel of each thread, command.
+
+    What a job that did not end was doing, for the failure message of a test that waited for it."""
+    lines = []
+    for each in [pid, *descendants(pid)]:
+        try:
+            with open(f"/proc/{each}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{each}/cmdline", "rb") as f:
+                command = " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())
+            threads = []
+            for tid in sorted(os.listdir(f"/proc/{each}/task"), key=int):
+                with open(f"/proc/{each}/task/{tid}/stat", encoding="ascii", errors="replace") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                with open(f"/proc/{each}/task/{tid}/wchan", encoding="ascii", errors="replace") as f:
+                    threads.append(f"{state}:{f.read().strip() or '-'}")
+        except OSError:
+            continue  # ended meanwhile
+        lines.append(f"{each} ppid {fields[1]} {fields[0]} [{' '.join(threads)}] {command[:160]}")
+    return "\n".join(lines) or f"{pid}: gone"
+
+
 def kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL ``proc`` and every process below it, if it still runs, then reap it."""
     if proc.poll() is None:

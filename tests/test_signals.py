@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from launcher import gpu_count, mpiexec_or_skip, quiet_environment
-from ranklog import RUNNER, descendants, kill_tree, rank_of, runner_argv
+from ranklog import RUNNER, descendants, kill_tree, rank_of, runner_argv, tree_state
 from test_reliability_budget import end_within, hang_within, within
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,8 @@ class Job:
         try:
             rc = self.proc.wait(timeout=hang_within())
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"the job did not end within {hang_within()} s:\n{self.stderr()}") from None
+            raise AssertionError(f"the job did not end within {hang_within()} s:\n{self.stderr()}\n"
+                                 f"its processes (state:wait channel per thread):\n{tree_state(self.proc.pid)}") from None
         return rc, time.monotonic() - t0
 
     def pid_of(self, target: str) -> int:
