@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-import sys
 from pathlib import Path
 
 import h5py
