@@ -21,8 +21,8 @@ HOW: ``raise`` (``RuntimeError``), ``input`` (hpcmm's ``InputError``, raised on
 this rank alone), ``enospc`` (``OSError`` "No space left on
 device"), ``import`` (``ImportError``), ``exit`` (``SystemExit(3)``),
 ``interrupt`` (``KeyboardInterrupt``), ``hang`` (sleep until a signal ends
-the process; with ``HOLD_MARK`` set, create that file first), ``hang-after`` (``write`` and ``publish`` only: do it, then
-hang; after ``write`` the temporary file is complete and unpublished),
+the process; with ``HOLD_MARK`` set, create that file first), ``hang-after`` (``write`` and ``publish`` only: do it, create ``HOLD_MARK``
+where set, then hang; after ``write`` the temporary file is complete and unpublished),
 ``corrupt`` (``verify`` only: add 100 to this rank's first element of C, then
 check).
 """
@@ -116,6 +116,8 @@ def _hang_after(module, name: str) -> None:
 
     def wrapper(*args, **kwargs):
         original(*args, **kwargs)
+        if os.environ.get("HOLD_MARK"):  # the step is done: a waiting test may strike now
+            open(os.environ["HOLD_MARK"], "w").close()
         while True:
             time.sleep(1.0)
 

@@ -543,14 +543,15 @@ def test_signal_during_start_up(target, sig, status, line, rank, tmp_path, held)
 
 def test_signal_after_the_file_is_published_says_so(tmp_path):
     """Rank 0 has published the file and is held there; SIGTERM must not say "no results written"."""
-    out = tmp_path / "r.h5"
+    out, mark = tmp_path / "r.h5", tmp_path / "held"
     job = ranklog.Job([Part(runner_argv(["0:publish:hang-after"], *SMALL, "--out", str(out)), ranks=2)],
-                      tmp_path / "logs", tmp_path)
+                      tmp_path / "logs", tmp_path, env={"HOLD_MARK": str(mark)})
     try:
         deadline = time.monotonic() + hang_within()
-        while not out.exists():
+        while not mark.exists():  # publish returned (the file alone may show before it has)
             assert job.proc.poll() is None and time.monotonic() < deadline, "no file was published"
             time.sleep(0.02)
+        assert out.exists()
         os.kill(job.rank_pid(0), signal.SIGTERM)
         o = job.wait(hang_within())
     finally:

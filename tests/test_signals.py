@@ -57,11 +57,12 @@ class Job:
         self.tmp, self.ranks = tmp, ranks
         self.out = tmp / "out.h5"
         self.log = tmp / "stderr.txt"
+        self.held = tmp / "held"  # made by a rank that a fault holds after its step (HOLD_MARK)
         # A fault (tests/fault_runner.py) holds a rank where the test strikes.
         program = runner_argv([fault]) if fault else [sys.executable, "-m", "hpcmm"]
         cmd = [mpiexec_or_skip(), "-n", str(ranks), *program, "--device", device, "--out", str(self.out), *args]
         with open(self.log, "wb") as err, open(tmp / "stdout.txt", "wb") as out:
-            self.proc = subprocess.Popen(cmd, env=_env(), stdin=subprocess.DEVNULL, stdout=out,
+            self.proc = subprocess.Popen(cmd, env=_env(HOLD_MARK=str(self.held)), stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=err, cwd=tmp)
         self.started = time.monotonic()
 
@@ -97,7 +98,12 @@ class Job:
         self.wait_for("timed iteration", lambda: "iteration 1/" in self.stderr())
 
     def wait_for_partial(self) -> None:
-        self.wait_for("temporary file", lambda: bool(self.partials()))
+        """Until rank 0, held by ``0:write:hang-after``, has written its whole temporary file.
+
+        Not the first hidden file seen: the start-up's probe of the output directory makes one
+        for an instant, and the test is about the results file."""
+        self.wait_for("complete temporary file", self.held.exists)
+        assert self.partials(), f"rank 0 wrote no temporary file:\n{self.stderr()}"
 
     def ends(self) -> tuple[int, float]:
         """Wait for the job to end; its exit status and the seconds it took from now."""
@@ -200,6 +206,65 @@ def test_sigkill_of_the_writer_leaves_no_temporary_file(job):
     assert rc != 0
     assert not j.out.exists()
     assert j.no_partials() == []
+
+
+# One process, no launcher: the files hpcmm creates for an instant before the work, and the plot.
+_HELD_IN = r"""
+import os, sys, time
+import numpy as np
+from hpcmm.io import h5io
+from hpcmm.cli import report
+mark, where, path = sys.argv[1:4]
+
+
+def hold(*args, **kwargs):
+    open(mark, "w").close()
+    while True:
+        time.sleep(1.0)
+
+
+if where == "plot":
+    import matplotlib.figure
+
+    def savefig(self, fname, **kwargs):  # half a picture under the hidden name, then held
+        with open(fname, "wb") as f:
+            f.write(b"\x89PNG half")
+        hold()
+
+    matplotlib.figure.Figure.savefig = savefig
+    report.plot_timeline(np.array([[0, 0, 0, 0, 0, 0.0, 1e-3]]), path)
+else:
+    h5io.remove_temporary = hold  # the probe's file exists; held before it is removed
+    h5io.check_output_path(path, False) if where == "--out" else report._check_plot_path(path, "r.h5")
+"""
+
+
+@pytest.mark.parametrize(("where", "name"), [("--out", "r.h5"), ("--plot", "t.png"), ("plot", "t.png")],
+                         ids=["probe of --out", "probe of --plot", "writing the plot"])
+def test_sigkill_while_a_hidden_file_exists_leaves_none(tmp_path, where, name):
+    """Killed while its hidden file exists (the directory's probe, or the picture being drawn):
+    the guard removes it, and nothing appears under the final name."""
+    mark = tmp_path / "held"
+    proc = subprocess.Popen([sys.executable, "-c", _HELD_IN, str(mark), where, str(tmp_path / name)],
+                            env=_env(), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + start_within()
+        while not mark.exists():
+            assert proc.poll() is None, proc.stderr.read().decode(errors="replace")
+            assert time.monotonic() < deadline, f"not held after {start_within()} s"
+            time.sleep(0.02)
+        assert sorted(p.name for p in tmp_path.glob(f".{name}.*.partial")), "held before its hidden file was made"
+        proc.kill()
+        proc.wait()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+    deadline = time.monotonic() + end_within()
+    while list(tmp_path.glob(".*.partial")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(p.name for p in tmp_path.glob(".*.partial")) == []
+    assert not (tmp_path / name).exists()
 
 
 def test_sigterm_reaches_a_rank_waiting_inside_mpi(job):

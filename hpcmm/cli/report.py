@@ -68,10 +68,10 @@ def _check_plot_path(path: str, source: str) -> None:
 
         if h5py.is_hdf5(path):
             raise InputError(f"{who}: an HDF5 file (results?): --plot replaces pictures only")
-    from ..io.h5io import remove_temporary, temporary_path  # noqa: PLC0415
+    from ..io.h5io import probe_directory  # noqa: PLC0415
 
     try:
-        remove_temporary(temporary_path(path))
+        probe_directory(path)
     except OSError as exc:
         raise InputError(f"{who}: directory {directory} is not writable ({exc.strerror})") from None
 
@@ -233,13 +233,15 @@ def plot_timeline(events: np.ndarray, path: str, iteration: int | None = None, t
                        Patch(color=colors[2], label="B panel")], loc="upper right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    from ..io.h5io import remove_temporary, temporary_path  # noqa: PLC0415
+    from ..io.h5io import release_guard, remove_temporary, temporary_path  # noqa: PLC0415
 
-    # Whole or not at all: a hidden name beside it, then a rename (a signal removes the hidden file).
-    tmp = temporary_path(path)
+    # Whole or not at all: a hidden name beside it, then a rename.  A signal removes the hidden
+    # file; the guard removes it should the process be killed while matplotlib writes.
+    tmp = temporary_path(path, guarded=True)
     try:
         fig.savefig(tmp, dpi=120, format=os.path.splitext(path)[1].lstrip(".").lower() or "png")
         os.replace(tmp, path)
     finally:
         plt.close(fig)
         remove_temporary(tmp)
+        release_guard(tmp)

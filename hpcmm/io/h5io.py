@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import InputError, OutputError
 from .results import unit_of, units_of
 
-__all__ = ["PENDING", "PUBLISHED", "Results", "check_output_path", "temporary_path", "remove_temporary", "remove_pending",
+__all__ = ["PENDING", "PUBLISHED", "Results", "check_output_path", "probe_directory", "temporary_path", "remove_temporary", "remove_pending",
            "guard_temporary", "release_guard", "write_results", "write_table_file", "write_tables_file", "publish",
            "SCHEMA_VERSION"]
 
@@ -85,9 +85,23 @@ def check_output_path(path: str, overwrite: bool, inputs=()) -> None:
     # Permission bits do not tell the whole story (root, read-only mounts, ACLs,
     # file systems that take no new files): try what the run will do at the end.
     try:
-        remove_temporary(temporary_path(path))
+        probe_directory(path)
     except OSError as exc:
         raise InputError(f"--out={path}: directory {directory} is not writable ({exc.strerror})") from None
+
+
+def probe_directory(path: str) -> None:
+    """Create a file beside ``path`` and remove it: raises the ``OSError`` the final write would meet.
+
+    Guarded (:func:`guard_temporary`), like every file hpcmm creates before it knows the run's
+    outcome: a process killed between the two steps (``SIGKILL``, or the launcher ending the job
+    because another rank failed at start-up) leaves no hidden file in the user's directory.
+    """
+    tmp = temporary_path(path, guarded=True)
+    try:
+        remove_temporary(tmp)
+    finally:
+        release_guard(tmp)
 
 
 #: The results file this process published (rank 0), for the signal handler's last word.
