@@ -63,8 +63,30 @@ def _timeout_configured(config: pytest.Config) -> bool:
                 or config.getini("timeout"))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--deselect-listed", metavar="FILE", default=None,
+        help="leave out the tests FILE names, one a line: a node id, or a test function's id for all its "
+             "parameters; lines starting with '#' are comments (mutmut's passes: tests/mutmut_launch_only.txt)")
+
+
+def listed_tests(path: str | Path) -> set[str]:
+    """The node ids of a ``--deselect-listed`` file (a node id may hold ``#``: only whole lines are comments)."""
+    lines = (line.strip() for line in Path(path).read_text().splitlines())
+    return {line for line in lines if line and not line.startswith("#")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before any plugin that records the items it is given (mutmut's)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test without its own limit the default one."""
+    """Give every test without its own limit the default one; leave out what ``--deselect-listed`` names."""
+    listed = config.getoption("deselect_listed")
+    if listed:
+        names = listed_tests(listed)
+        left_out = [item for item in items if item.nodeid in names or item.nodeid.split("[", 1)[0] in names]
+        if left_out:
+            dropped = {item.nodeid for item in left_out}
+            items[:] = [item for item in items if item.nodeid not in dropped]
+            config.hook.pytest_deselected(items=left_out)
     if _timeout_configured(config):
         return
     # A signal cannot interrupt a rank waiting inside the MPI library: use a thread.

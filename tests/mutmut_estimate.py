@@ -9,6 +9,11 @@ mutant's run selects them.  Where mutants were already judged, it sets their cou
 worst case::
 
     python tests/mutmut_estimate.py            # from the repository root, after `mutmut run` began
+
+``--write-launch-only FILE`` writes those tests, the ones that reach no function, as the list that
+``--deselect-listed`` leaves out of mutmut's passes (pyproject.toml): a test function's id where
+none of its parameters reaches hpcmm in-process, else the node ids one by one.  Write it from a
+first pass that ran without the list (its tests are not in a pass that left them out).
 """
 
 from __future__ import annotations
@@ -47,10 +52,25 @@ def estimate(mutants_dir: Path) -> dict:
     return {"modules": modules, "unused_tests": unused, "first_pass_s": sum(seconds.values())}
 
 
+def launch_only_lines(seconds: dict[str, float], unused: dict[str, float]) -> list[str]:
+    """The ``--deselect-listed`` lines for the ``unused`` tests: a whole test function where all the node ids
+    of it that the first pass ran are unused, else those node ids; sorted."""
+    by_function = collections.defaultdict(list)
+    for test in seconds:
+        by_function[test.split("[", 1)[0]].append(test)
+    lines = []
+    for function, tests in by_function.items():
+        left = [t for t in tests if t in unused]
+        lines += [function] if len(left) == len(tests) else left
+    return sorted(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=Path, default=Path("mutants"), help="mutmut's working copy (default: mutants)")
     parser.add_argument("--top", type=int, default=15, help="modules and unused tests to list (default 15)")
+    parser.add_argument("--write-launch-only", type=Path, metavar="FILE",
+                        help="write the tests that reach no function as a --deselect-listed file")
     options = parser.parse_args(argv)
     if not (options.mutants / "mutmut-stats.json").is_file():
         parser.exit(2, f"{options.mutants / 'mutmut-stats.json'}: not there; `mutmut run` writes it after its first pass\n")
@@ -69,6 +89,15 @@ def main(argv=None) -> None:
     print(f"tests no mutant's run selects: {len(unused)}, {sum(s for _, s in unused) / 60:.1f} min of the first pass")
     for test, s in unused[:options.top]:
         print(f"  {s:8.1f} s  {test}")
+    if options.write_launch_only:
+        stats = json.loads((options.mutants / "mutmut-stats.json").read_text())
+        lines = launch_only_lines(stats["duration_by_test"], found["unused_tests"])
+        options.write_launch_only.write_text(
+            f"# Tests that reach hpcmm only through the processes they start: no mutant's run selects them, so\n"
+            f"# mutmut's passes leave them out (--deselect-listed in pyproject.toml; docs/mutation.md).\n"
+            f"# Written by `python tests/mutmut_estimate.py --write-launch-only {options.write_launch_only}`.\n"
+            + "".join(f"{line}\n" for line in lines))
+        print(f"{options.write_launch_only}: {len(lines)} lines for {len(unused)} tests")
 
 
 if __name__ == "__main__":

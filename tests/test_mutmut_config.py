@@ -47,3 +47,28 @@ def test_the_rule_tells_a_child_process_test_from_an_in_process_one(tmp_path):
     fixture.write_text("def test_x(tmp_path, one_rank):\n    assert one_rank\n")
     assert not _reaches_hpcmm_in_process(child)
     assert _reaches_hpcmm_in_process(inside) and _reaches_hpcmm_in_process(fixture)
+
+
+def _defined_tests(path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def test_the_tests_left_out_one_by_one_exist_and_none_asks_for_hpcmm_in_process():
+    """tests/mutmut_launch_only.txt: each line a test of an in-process file that is still there, and none of
+    them takes the ``one_rank`` fixture (which would put hpcmm in pytest's process)."""
+    tomllib = pytest.importorskip("tomllib")
+    selection = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"][
+        "pytest_add_cli_args_test_selection"]
+    listed = selection[selection.index("--deselect-listed") + 1]
+    from conftest import listed_tests
+
+    for node in sorted(listed_tests(REPO / listed)):
+        file, _, name = node.partition("::")
+        assert (REPO / file).is_file(), node
+        function = name.split("[", 1)[0]
+        assert function in _defined_tests(REPO / file), node
+        tree = ast.parse((REPO / file).read_text())
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and fn.name == function:
+                assert "one_rank" not in [a.arg for a in fn.args.args], node

@@ -44,3 +44,39 @@ def test_the_command_prints_the_total_and_refuses_without_a_first_pass(tmp_path)
     (root / "mutmut-stats.json").unlink()
     out = subprocess.run([sys.executable, str(script), "--mutants", str(root)], capture_output=True, text=True)
     assert out.returncode == 2 and "mutmut-stats.json: not there" in out.stderr
+
+
+def test_the_launch_only_list_names_a_function_whole_only_where_all_its_parameters_are_unused():
+    from mutmut_estimate import launch_only_lines
+
+    seconds = {"tests/a.py::t[1]": 1.0, "tests/a.py::t[2]": 1.0, "tests/a.py::u[x]": 1.0, "tests/a.py::u[y]": 1.0,
+               "tests/a.py::v": 1.0, "tests/b.py::w": 1.0}
+    unused = {"tests/a.py::t[1]": 1.0, "tests/a.py::t[2]": 1.0, "tests/a.py::u[y]": 1.0, "tests/b.py::w": 1.0}
+    assert launch_only_lines(seconds, unused) == ["tests/a.py::t", "tests/a.py::u[y]", "tests/b.py::w"]
+
+
+def test_the_written_list_is_what_deselect_listed_leaves_out(tmp_path):
+    root = tmp_path / "mutants"
+    (root / "hpcmm").mkdir(parents=True)
+    (root / "mutmut-stats.json").write_text(json.dumps({
+        "tests_by_mangled_function_name": {"hpcmm.a.x_f": ["tests/test_k.py::test_in[1]"]},
+        "duration_by_test": {"tests/test_k.py::test_in[1]": 1.0, "tests/test_k.py::test_in[2 #3]": 2.0,
+                             "tests/test_k.py::test_out": 3.0}}))
+    listed = tmp_path / "launch_only.txt"
+    script = REPO / "tests" / "mutmut_estimate.py"
+    out = subprocess.run([sys.executable, str(script), "--mutants", str(root), "--write-launch-only", str(listed)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    # A test file like the ones these ids name, collected with and without the list.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_k.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('p', ['1', '2 #3'])\ndef test_in(p):\n    pass\n\n"
+        "def test_out():\n    pass\n\ndef test_other():\n    pass\n")
+    (tmp_path / "tests" / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    (tmp_path / "tests" / "hang_guards.py").write_text((REPO / "tests" / "hang_guards.py").read_text())
+    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"]
+    out = subprocess.run([*collect, "--deselect-listed", str(listed)], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    kept = sorted(line for line in out.stdout.splitlines() if line.startswith("tests/"))
+    assert kept == ["tests/test_k.py::test_in[1]", "tests/test_k.py::test_other"], out.stdout
+    assert "2 deselected" in out.stdout
