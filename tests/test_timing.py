@@ -204,6 +204,29 @@ def test_load_imbalance_compares_only_the_ranks_that_computed():
     assert s["dynamic_taken_fraction"] == 0.5
     assert dict(summary_rows(s))["tiles taken (dynamic)"].endswith("; 2 of 4 ranks computed "
                                                                   "(the others time-slice a GPU with one of them)")
+    assert s["dynamic_joined_products"] == 0
+    # Product 1: rank 1 joined its GPU's worker, rank 0, and took its own tile.
+    rows[5] = dict(product=1, rank=1, owner=1)
+    s.update(dynamic_figures(rows, (0, 2)))
+    assert s["dynamic_joined_products"] == 1
+    assert dict(summary_rows(s))["tiles taken (dynamic)"].endswith(
+        "; 2 of 4 ranks computed (the others time-slice a GPU with one of them; all computed in 1 product(s), "
+        "while the GPU ran slow)")
+
+
+def test_the_ranks_beside_a_lone_worker_join_only_while_its_gpu_runs_slow():
+    """JoinRule: a product alone 1.3 times slower than the fastest alone joins the next; a joined product
+    that fast again, or every RETRY_ALONE-th joined one, goes back alone."""
+    from hpcmm.execution.dynamic import JOIN_SLOWDOWN, RETRY_ALONE, JoinRule
+
+    rule = JoinRule()
+    assert [rule.record(t) for t in (2.0, 1.0, 1.25, 1.3)] == [False, False, False, False]  # not over 1.3 × 1.0
+    assert rule.record(1.31) is True  # another program took half the GPU, say
+    joined = [rule.record(1.6) for _ in range(RETRY_ALONE)]
+    assert joined == [True] * (RETRY_ALONE - 1) + [False]  # one product alone to look
+    assert rule.record(2.0) is True and rule.fastest_alone == 1.0  # still slow alone: joined again
+    assert rule.record(JOIN_SLOWDOWN * 1.0) is False  # joined and fast: the GPU is free
+    assert rule.record(0.9) is False and rule.fastest_alone == 0.9
 
 
 def test_summary_is_printed_whole():

@@ -189,7 +189,9 @@ def dynamic_figures(tiles: list[dict], workers) -> dict:
     ``tiles``: the rows of ``/timings/tiles`` (``product``, ``rank``, ``owner`` ...); ``workers``:
     the ranks that compute tiles.  Medians over the timed products: ``dynamic_taken_fraction``
     (tiles computed by a rank other than their owner, over all tiles), ``dynamic_tiles_most`` and
-    ``dynamic_tiles_least`` (per worker), and ``dynamic_workers`` (how many ranks computed tiles).
+    ``dynamic_tiles_least`` (per worker), ``dynamic_workers`` (how many ranks compute tiles), and
+    ``dynamic_joined_products``: the products in which ranks that are not workers computed tiles too
+    (they time-slice a GPU with its worker, and joined it while it ran slow).
 
     >>> rows = [dict(product=0, rank=0, owner=0), dict(product=0, rank=0, owner=1), dict(product=0, rank=1, owner=1)]
     >>> dynamic_figures(rows, (0, 1))["dynamic_taken_fraction"]
@@ -198,15 +200,17 @@ def dynamic_figures(tiles: list[dict], workers) -> dict:
     products = sorted({row["product"] for row in tiles})
     if not products:
         return {}
-    taken, most, least = [], [], []
+    taken, most, least, joined = [], [], [], 0
     for product in products:
         mine = [row for row in tiles if row["product"] == product]
+        joined += any(row["rank"] not in workers for row in mine)
         taken.append(sum(row["rank"] != row["owner"] for row in mine) / len(mine))
         counts = collections.Counter(row["rank"] for row in mine)
         most.append(max(counts.values()))
         least.append(min(counts.get(rank, 0) for rank in workers))
     return {"dynamic_taken_fraction": float(np.median(taken)), "dynamic_tiles_most": int(np.median(most)),
-            "dynamic_tiles_least": int(np.median(least)), "dynamic_workers": len(workers)}
+            "dynamic_tiles_least": int(np.median(least)), "dynamic_workers": len(workers),
+            "dynamic_joined_products": joined}
 
 
 def _memory(s: dict) -> str:
@@ -244,7 +248,9 @@ def _workers(s: dict) -> str:
     workers, ranks = s.get("dynamic_workers", s["ranks"]), s["ranks"]
     if workers == ranks:
         return ""
-    return f"; {workers} of {ranks} ranks computed (the others time-slice a GPU with one of them)"
+    joined = s.get("dynamic_joined_products", 0)
+    also = f"; all computed in {joined} product(s), while the GPU ran slow" if joined else ""
+    return f"; {workers} of {ranks} ranks computed (the others time-slice a GPU with one of them{also})"
 
 
 def _mps(s: dict) -> str:

@@ -51,6 +51,41 @@ __all__ = ["DynamicEngine", "DynamicTimes", "block_k_offsets"]
 #: co-runner.  A lone worker queues every tile at once: nobody could take them.
 QUEUED_TILES = 1
 
+#: A lone worker's product this many times slower than its fastest alone: another program took time
+#: slices of the GPU.  Time slices go to contexts in turn, so the ranks that share the GPU with the
+#: worker then compute too (each context wins slices back), as ``share`` would.
+JOIN_SLOWDOWN = 1.3
+#: While they compute, every this many products the worker runs one alone again: the GPU may be free.
+RETRY_ALONE = 8
+
+
+class JoinRule:
+    """Whether the ranks that time-slice a lone worker's GPU compute tiles too, one decision a product.
+
+    Joined while the GPU is slow: after a product alone :data:`JOIN_SLOWDOWN` times slower than the
+    fastest alone, until a joined product is that fast again (the GPU is free: alone is faster there),
+    with one product alone every :data:`RETRY_ALONE` to look.
+
+    >>> rule = JoinRule()
+    >>> [rule.record(t) for t in (1.0, 1.1, 2.0, 1.7, 1.2)]
+    [False, False, True, True, False]
+    """
+
+    def __init__(self) -> None:
+        self.fastest_alone = float("inf")
+        self.joined, self.joined_in_a_row = False, 0
+
+    def record(self, seconds: float) -> bool:
+        """The product that just ended took ``seconds``: whether the next one is joined."""
+        slow = seconds > JOIN_SLOWDOWN * self.fastest_alone
+        if self.joined:
+            self.joined_in_a_row += 1
+            self.joined = slow and self.joined_in_a_row % RETRY_ALONE != 0
+        else:
+            self.fastest_alone = min(self.fastest_alone, seconds)
+            self.joined, self.joined_in_a_row = slow, 0
+        return self.joined
+
 
 def merged_spans(steps: list[Step]) -> list[Step]:
     """``steps`` (in k order) as the fewest GEMMs: consecutive steps that read the same two blocks at
@@ -136,7 +171,11 @@ class DynamicEngine:
         #: The ranks that compute tiles (:func:`~hpcmm.planning.choices.tile_workers`), and how many tiles a
         #: worker's device may hold when it claims the next.
         self.workers = choices.workers or tuple(range(size))
+        #: Each rank's worker: a rank that is not one joins its worker's slow products (:class:`JoinRule`).
+        self.worker_of = tuple(w if w in self.workers else self.workers[0] for w in (choices.worker_of or range(size)))
         self.queued = QUEUED_TILES if len(self.workers) > 1 else max(1, sum(len(t) for t in self.tiles))
+        self.join_rule = JoinRule()
+        self.joined = False
         self._steps = [self._owner_steps(rank) for rank in range(size)]
         self.plan = self._steps[topo.rank]
         #: Per rank: the GEMMs each of its tiles runs (its steps merged where they read the same blocks).
@@ -306,13 +345,19 @@ class DynamicEngine:
         self.counters.Lock(me, MPI.LOCK_EXCLUSIVE)
         self.counters.Put(zero, me, 0)
         self.counters.Unlock(me)
-        comm.Barrier()  # every counter is 0, and the last product's tiles are written
+        # Every counter is 0, the last product's tiles are written, and every rank knows which workers' GPUs
+        # ran slow (the one exchange a product needs anyway, in place of a barrier).
+        slow = comm.allgather(self.joined if me in self.workers else False)
+        self.joined = slow[self.worker_of[me]]
         start = perf_counter()
         product_start = backend.event(stream)
         one, got = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         done = []  # (owner, tile, start event, end event)
-        size, queued = comm.Get_size(), self.queued
-        owners = [(me + shift) % size for shift in range(size)] if me in self.workers else []
+        size = comm.Get_size()
+        # A joined product: the worker keeps no more tiles queued than the ranks that join it.
+        queued = QUEUED_TILES if self.joined else self.queued
+        computes = me in self.workers or self.joined
+        owners = [(me + shift) % size for shift in range(size)] if computes else []
         gathered = self._gather(product_start) if self.gather else None
         for owner in owners:
             tiles = self.tiles[owner]
@@ -337,6 +382,8 @@ class DynamicEngine:
         product_end = backend.event(stream)
         backend.synchronize()
         comm.Barrier()  # every tile of every block is written
+        if me in self.workers and len(self.workers) < size:
+            self.joined = self.join_rule.record(perf_counter() - start)
         return self._times(product_start, product_end, done, start)
 
     def _times(self, product_start, product_end, done, start: float) -> DynamicTimes:

@@ -40,7 +40,7 @@ from .balance import Balance, device_of, gather_balance
 from ..errors import collective
 from .grid_orientation import facing
 from ..geometry.layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid
-from .choices import tile_workers
+from .choices import tile_worker_of, tile_workers
 from .mps import MpsState, detect, shared_without_mps, sharing_hint
 from ..execution.topology import choose_grid
 
@@ -115,6 +115,12 @@ class Arrangement:
         (:func:`hpcmm.planning.choices.tile_workers`)."""
         devices = [self.balance.devices[launch].key for launch in self.order]
         return tile_workers(devices, [self.mps[launch].active for launch in self.order], self.on_gpu)
+
+    @property
+    def tile_worker_of(self) -> tuple[int, ...]:
+        """Each grid position's tile worker (:func:`hpcmm.planning.choices.tile_worker_of`)."""
+        devices = [self.balance.devices[launch].key for launch in self.order]
+        return tile_worker_of(devices, [self.mps[launch].active for launch in self.order], self.on_gpu)
 
     @property
     def mps_everywhere(self) -> bool:

@@ -179,16 +179,27 @@ def tile_workers(devices, mps_active, on_gpu: bool) -> tuple[int, ...]:
     >>> tile_workers(["g0"] * 2, [True, True], True), tile_workers(["cpu"] * 3, [False] * 3, False)
     ((0, 1), (0, 1, 2))
     """
+    return tuple(sorted(set(tile_worker_of(devices, mps_active, on_gpu))))
+
+
+def tile_worker_of(devices, mps_active, on_gpu: bool) -> tuple[int, ...]:
+    """Each rank's tile worker (:func:`tile_workers`): the rank itself where it computes, else the lone
+    worker of the GPU it time-slices with it (whose slow products it joins: :mod:`hpcmm.execution.dynamic`).
+
+    >>> tile_worker_of(["g0", "g1", "g0", "g1"], [False] * 4, True), tile_worker_of(["g0"] * 2, [True] * 2, True)
+    ((0, 1, 0, 1), (0, 1))
+    """
     if not on_gpu:
         return tuple(range(len(devices)))
     ranks_of: dict = {}
     for rank, device in enumerate(devices):
         ranks_of.setdefault(device, []).append(rank)
-    workers = []
+    worker_of = list(range(len(devices)))
     for ranks in ranks_of.values():
-        sliced = len(ranks) > 1 and not all(mps_active[r] for r in ranks)
-        workers += ranks[:1] if sliced else ranks
-    return tuple(sorted(workers))
+        if len(ranks) > 1 and not all(mps_active[r] for r in ranks):
+            for rank in ranks:
+                worker_of[rank] = ranks[0]
+    return tuple(worker_of)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +231,8 @@ class EngineChoices:
     #: them (:func:`tile_workers`); empty otherwise.
     tiles: tuple = ()
     workers: tuple = ()
+    #: Each rank's tile worker (:func:`tile_worker_of`); empty where every rank is its own.
+    worker_of: tuple = ()
     #: ``--balance dynamic`` with one worker: the operands it gathers whole along k before its tiles
     #: (:func:`lone_worker_gather`: ``"A"``, ``"B"``, ``"AB"``), so that each tile is one GEMM; ``""`` otherwise.
     gather: str = ""
@@ -442,13 +455,14 @@ def channel_slots(prefetch: int, row_vnodes, col_vnodes) -> tuple[int, int]:
                  for vnodes in (row_vnodes, col_vnodes))
 
 
-def summa_choices(topo, backend, layout: Layout, config: RunConfig, workers: tuple[int, ...] | None = None
-                  ) -> EngineChoices:
+def summa_choices(topo, backend, layout: Layout, config: RunConfig, workers: tuple[int, ...] | None = None,
+                  worker_of: tuple[int, ...] = ()) -> EngineChoices:
     """Collective over ``topo``: the choices of a SUMMA engine on ``layout``, its memory checked.
 
     ``config.panel`` ``None``: the widest of :func:`~hpcmm.planning.algorithms.panel_candidates`
     whose rings fit every device (:func:`widest_fitting`).  ``workers``: with ``--balance dynamic``,
-    the ranks that compute tiles (:func:`tile_workers`; every rank where not given).
+    the ranks that compute tiles (:func:`tile_workers`; every rank where not given), and each rank's
+    worker (:func:`tile_worker_of`).
 
     Raises
     ------
@@ -504,12 +518,13 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig, workers: tup
             gather, device_bytes = lone_worker_gather(layout, workers), device_bytes + extra
             own_bytes += extra * (topo.rank in workers)
     else:
-        workers = ()
+        workers, worker_of = (), ()
     return EngineChoices(panel=panel, panel_auto=config.panel is None, prefetch=prefetch, gemm_order=order,
                          step_order=order_of_steps, rank_steps=steps, steps=most_steps, needed_bytes=own_bytes,
                          device_bytes=device_bytes, slots=slots,
                          operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, operand_slots, relayout)[0],
-                         free_bytes=int(free), tiles=tiles, workers=workers, gather=gather)
+                         free_bytes=int(free), tiles=tiles, workers=workers, worker_of=tuple(worker_of),
+                         gather=gather)
 
 
 def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int],

@@ -157,9 +157,12 @@ def test_a_wrong_tile_fails_the_check(mpi_tmp_path, monkeypatch, verify):
 def test_ranks_that_time_slice_one_gpu_leave_every_tile_to_one_worker(mpi_tmp_path, monkeypatch):
     """Where the ranks share one GPU by time slices the first of them computes every block, one tile each,
     and the product is still right (here on CPU, the workers given as the plan would find them)."""
+    from hpcmm.execution import dynamic
     from hpcmm.planning.arrangement import Arrangement
 
     monkeypatch.setattr(Arrangement, "tile_workers", property(lambda self: (0,)))
+    # Products of milliseconds on a loaded host vary by more than JOIN_SLOWDOWN: here nobody joins.
+    monkeypatch.setattr(dynamic, "JOIN_SLOWDOWN", float("inf"))
     cfg = config(mpi_tmp_path, m=300 * P + 11, n=45, k=120, balance="dynamic", iters=2, warmup=1, panel=32,
                  verify="full", save_c=False)
     result = hpcmm.run(cfg, comm=COMM)
@@ -201,5 +204,51 @@ def test_a_lone_worker_multiplies_from_the_owners_blocks_where_whole_operands_do
         with h5py.File(cfg.out, "r") as f:
             plan = json.loads(f["config"].attrs["plan"])
         assert plan["tile_workers"] == [0] and plan["tile_gather"] == ""
+
+    on_rank0(check)
+
+
+@pytest.mark.timeout(300)  # a hang guard
+def test_the_ranks_beside_a_lone_worker_join_it_once_its_gpu_runs_slow(mpi_tmp_path, monkeypatch):
+    """A lone worker (rank 0, as on a time-sliced GPU) whose GEMMs, and everyone's, turn 20 times slower
+    from the third product (another program took time slices of the GPU): the others compute too from
+    the product after, each tile of each product is computed once, and C is right."""
+    if P < 2:
+        pytest.skip("needs 2 ranks")
+    from hpcmm.execution.dynamic import DynamicEngine
+    from hpcmm.planning.arrangement import Arrangement
+
+    monkeypatch.setattr(Arrangement, "tile_workers", property(lambda self: (0,)))
+    products = []
+    multiply, gemm = DynamicEngine.multiply, CpuBackend.gemm
+
+    def counted(self, *args, **kwargs):
+        products.append(None)
+        return multiply(self, *args, **kwargs)
+
+    def slowed(self, *args, **kwargs):
+        time.sleep(0.02 if len(products) <= 2 else 0.4)
+        return gemm(self, *args, **kwargs)
+
+    monkeypatch.setattr(DynamicEngine, "multiply", counted)
+    monkeypatch.setattr(CpuBackend, "gemm", slowed)
+    cfg = config(mpi_tmp_path, m=40 * P + 3, n=29, k=50)  # its m, n, k and the results file's name
+    run_and_compare(mpi_tmp_path, m=cfg.m, n=cfg.n, k=cfg.k, balance="dynamic", iters=6, warmup=0, panel=16)
+
+    def check():
+        rows, _ = _tiles(cfg.out)
+        by_product = collections.defaultdict(list)
+        for row in rows:
+            by_product[int(row["product"])].append((int(row["rank"]), int(row["owner"]), int(row["tile"])))
+        assert sorted(by_product) == list(range(6))
+        for product, tiles in by_product.items():
+            assert sorted((o, t) for _, o, t in tiles) == [(owner, 0) for owner in range(P)], (product, tiles)
+        # The first two products alone (the rule needs a product to compare); from the fourth on, the
+        # third's slowness seen, the others compute too.
+        assert {r for p in (0, 1) for r, _, _ in by_product[p]} == {0}, dict(by_product)
+        for product in (3, 4, 5):
+            assert {r for r, _, _ in by_product[product]} - {0}, (product, by_product[product])
+        with h5py.File(cfg.out, "r") as f:
+            assert int(f["summary"].attrs["dynamic_joined_products"]) >= 3
 
     on_rank0(check)
