@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from deselect_listed import listed_tests
 from hang_guards import DEFAULT_TIMEOUT, MPI_TIMEOUT, SLURM_TIMEOUT
 
 _MPI_DIR = Path(__file__).resolve().parent / "mpi"
@@ -68,12 +69,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--deselect-listed", metavar="FILE", default=None,
         help="leave out the tests FILE names, one a line: a node id, or a test function's id for all its "
              "parameters; lines starting with '#' are comments (mutmut's passes: tests/mutmut_launch_only.txt)")
-
-
-def listed_tests(path: str | Path) -> set[str]:
-    """The node ids of a ``--deselect-listed`` file (a node id may hold ``#``: only whole lines are comments)."""
-    lines = (line.strip() for line in Path(path).read_text().splitlines())
-    return {line for line in lines if line and not line.startswith("#")}
 
 
 @pytest.hookimpl(tryfirst=True)  # before any plugin that records the items it is given (mutmut's)

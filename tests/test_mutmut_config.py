@@ -61,7 +61,7 @@ def test_the_tests_left_out_one_by_one_exist_and_none_asks_for_hpcmm_in_process(
     selection = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"][
         "pytest_add_cli_args_test_selection"]
     listed = selection[selection.index("--deselect-listed") + 1]
-    from conftest import listed_tests
+    from deselect_listed import listed_tests  # not conftest: tests/slurm has one of that name too
 
     for node in sorted(listed_tests(REPO / listed)):
         file, _, name = node.partition("::")

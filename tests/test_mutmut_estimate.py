@@ -73,7 +73,8 @@ def test_the_written_list_is_what_deselect_listed_leaves_out(tmp_path):
         "import pytest\n\n@pytest.mark.parametrize('p', ['1', '2 #3'])\ndef test_in(p):\n    pass\n\n"
         "def test_out():\n    pass\n\ndef test_other():\n    pass\n")
     (tmp_path / "tests" / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
-    (tmp_path / "tests" / "hang_guards.py").write_text((REPO / "tests" / "hang_guards.py").read_text())
+    for helper in ("hang_guards.py", "deselect_listed.py"):
+        (tmp_path / "tests" / helper).write_text((REPO / "tests" / helper).read_text())
     collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"]
     out = subprocess.run([*collect, "--deselect-listed", str(listed)], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
