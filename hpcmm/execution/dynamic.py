@@ -10,7 +10,8 @@ takes its own tiles in order; once they are gone it takes the unclaimed tiles of
 tile where its owner's C block holds it.  Every element of C is written once per product; the
 blocks are where the verification and the results file look for them.  Ranks that share a GPU by
 time slices (no MPS) leave every tile to the first of them (:func:`~hpcmm.planning.choices.tile_workers`):
-one context then keeps the GPU busy, each block one tile.
+one context then keeps the GPU busy, each block one tile.  While another program takes time slices
+of that GPU, the others join it (:class:`JoinRule`).
 
 No panel moves: the GEMMs read the owners' memory (on one GPU, the same device memory; between
 GPUs of a node, over NVLink through peer access).  A lone worker, where the operands fit twice,
