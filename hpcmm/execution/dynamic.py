@@ -173,7 +173,7 @@ class DynamicEngine:
         #: worker's device may hold when it claims the next.
         self.workers = choices.workers or tuple(range(size))
         #: Each rank's worker: a rank that is not one joins its worker's slow products (:class:`JoinRule`).
-        self.worker_of = tuple(w if w in self.workers else self.workers[0] for w in (choices.worker_of or range(size)))
+        self.worker_of = choices.worker_of or tuple(range(size))
         self.queued = QUEUED_TILES if len(self.workers) > 1 else max(1, sum(len(t) for t in self.tiles))
         self.join_rule = JoinRule()
         self.joined = False

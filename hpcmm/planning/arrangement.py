@@ -40,7 +40,7 @@ from .balance import Balance, device_of, gather_balance
 from ..errors import collective
 from .grid_orientation import facing
 from ..geometry.layout import GPU_BLOCK_QUANTUM, Grid, Layout, fit_grid
-from .choices import tile_worker_of, tile_workers
+from .choices import tile_worker_of
 from .mps import MpsState, detect, shared_without_mps, sharing_hint
 from ..execution.topology import choose_grid
 
@@ -110,15 +110,9 @@ class Arrangement:
         return shared_without_mps(self.balance.devices, [s.active for s in self.mps])
 
     @property
-    def tile_workers(self) -> tuple[int, ...]:
-        """The grid positions that compute ``--balance dynamic`` tiles
-        (:func:`hpcmm.planning.choices.tile_workers`)."""
-        devices = [self.balance.devices[launch].key for launch in self.order]
-        return tile_workers(devices, [self.mps[launch].active for launch in self.order], self.on_gpu)
-
-    @property
     def tile_worker_of(self) -> tuple[int, ...]:
-        """Each grid position's tile worker (:func:`hpcmm.planning.choices.tile_worker_of`)."""
+        """Each grid position's ``--balance dynamic`` tile worker (:func:`hpcmm.planning.choices.tile_worker_of`;
+        the positions that compute are :func:`~hpcmm.planning.choices.tile_workers`)."""
         devices = [self.balance.devices[launch].key for launch in self.order]
         return tile_worker_of(devices, [self.mps[launch].active for launch in self.order], self.on_gpu)
 

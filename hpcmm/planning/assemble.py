@@ -145,8 +145,7 @@ def _engine(launch, backend, config: RunConfig, shape, arrangement: Arrangement,
     if choice.layers is None:
         with arranged(launch, config, arrangement.order, arrangement.grid) as topo:
             layout = _layout(topo, config, shape, arrangement)
-            choices = summa_choices(topo, backend, layout, config, workers=arrangement.tile_workers,
-                                    worker_of=arrangement.tile_worker_of)
+            choices = summa_choices(topo, backend, layout, config, worker_of=arrangement.tile_worker_of)
             weights = () if layout.weights is None else tuple(layout.weights)
             plan = _plan(launch, backend, config, shape, aware, semantics, choices, algorithm="summa", layers=1,
                          grid=str(layout.grid), rank_order=tuple(arrangement.order), weights=weights,

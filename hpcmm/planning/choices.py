@@ -231,7 +231,7 @@ class EngineChoices:
     #: them (:func:`tile_workers`); empty otherwise.
     tiles: tuple = ()
     workers: tuple = ()
-    #: Each rank's tile worker (:func:`tile_worker_of`); empty where every rank is its own.
+    #: Each rank's tile worker (:func:`tile_worker_of`; ``workers`` are those it names); empty otherwise.
     worker_of: tuple = ()
     #: ``--balance dynamic`` with one worker: the operands it gathers whole along k before its tiles
     #: (:func:`lone_worker_gather`: ``"A"``, ``"B"``, ``"AB"``), so that each tile is one GEMM; ``""`` otherwise.
@@ -455,14 +455,14 @@ def channel_slots(prefetch: int, row_vnodes, col_vnodes) -> tuple[int, int]:
                  for vnodes in (row_vnodes, col_vnodes))
 
 
-def summa_choices(topo, backend, layout: Layout, config: RunConfig, workers: tuple[int, ...] | None = None,
-                  worker_of: tuple[int, ...] = ()) -> EngineChoices:
+def summa_choices(topo, backend, layout: Layout, config: RunConfig, worker_of: tuple[int, ...] | None = None
+                  ) -> EngineChoices:
     """Collective over ``topo``: the choices of a SUMMA engine on ``layout``, its memory checked.
 
     ``config.panel`` ``None``: the widest of :func:`~hpcmm.planning.algorithms.panel_candidates`
-    whose rings fit every device (:func:`widest_fitting`).  ``workers``: with ``--balance dynamic``,
-    the ranks that compute tiles (:func:`tile_workers`; every rank where not given), and each rank's
-    worker (:func:`tile_worker_of`).
+    whose rings fit every device (:func:`widest_fitting`).  ``worker_of``: with ``--balance dynamic``,
+    each rank's tile worker (:func:`tile_worker_of`; every rank its own where not given); the ranks
+    that compute are those it names.
 
     Raises
     ------
@@ -506,7 +506,8 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig, workers: tup
     tiles, most_steps = (), max(topo.comm.allgather(len(steps)))
     gather, own_bytes = "", needed(panel)
     if config.balance == "dynamic":  # any rank may compute every tile: that many records per product
-        workers = tuple(range(topo.size)) if workers is None else tuple(workers)
+        worker_of = tuple(range(topo.size)) if worker_of is None else tuple(worker_of)
+        workers = tuple(sorted(set(worker_of)))
         c_shapes = [layout.local_shapes(rank)["C"] for rank in range(topo.size)]
         count = tiles_per_block(topo.size, len(workers), backend.on_gpu)
         tiles = tuple(tile_rows(rows, backend.on_gpu, count) if cols else () for rows, cols in c_shapes)
@@ -523,8 +524,7 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig, workers: tup
                          step_order=order_of_steps, rank_steps=steps, steps=most_steps, needed_bytes=own_bytes,
                          device_bytes=device_bytes, slots=slots,
                          operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, operand_slots, relayout)[0],
-                         free_bytes=int(free), tiles=tiles, workers=workers, worker_of=tuple(worker_of),
-                         gather=gather)
+                         free_bytes=int(free), tiles=tiles, workers=workers, worker_of=worker_of, gather=gather)
 
 
 def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int],

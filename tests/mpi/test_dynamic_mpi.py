@@ -160,7 +160,7 @@ def test_ranks_that_time_slice_one_gpu_leave_every_tile_to_one_worker(mpi_tmp_pa
     from hpcmm.execution import dynamic
     from hpcmm.planning.arrangement import Arrangement
 
-    monkeypatch.setattr(Arrangement, "tile_workers", property(lambda self: (0,)))
+    monkeypatch.setattr(Arrangement, "tile_worker_of", property(lambda self: (0,) * len(self.order)))
     # Products of milliseconds on a loaded host vary by more than JOIN_SLOWDOWN: here nobody joins.
     monkeypatch.setattr(dynamic, "JOIN_SLOWDOWN", float("inf"))
     cfg = config(mpi_tmp_path, m=300 * P + 11, n=45, k=120, balance="dynamic", iters=2, warmup=1, panel=32,
@@ -193,7 +193,7 @@ def test_a_lone_worker_multiplies_from_the_owners_blocks_where_whole_operands_do
     from hpcmm.planning import choices
     from hpcmm.planning.arrangement import Arrangement
 
-    monkeypatch.setattr(Arrangement, "tile_workers", property(lambda self: (0,)))
+    monkeypatch.setattr(Arrangement, "tile_worker_of", property(lambda self: (0,) * len(self.order)))
     monkeypatch.setattr(choices, "gather_bytes", lambda layout, itemsize, gather: 2**62 if gather else 0)
     cfg = config(mpi_tmp_path, m=200 * P + 5, n=39, k=90, balance="dynamic", iters=2, warmup=0, panel=16,
                  verify="full", save_c=False)
@@ -218,7 +218,7 @@ def test_the_ranks_beside_a_lone_worker_join_it_once_its_gpu_runs_slow(mpi_tmp_p
     from hpcmm.execution.dynamic import DynamicEngine
     from hpcmm.planning.arrangement import Arrangement
 
-    monkeypatch.setattr(Arrangement, "tile_workers", property(lambda self: (0,)))
+    monkeypatch.setattr(Arrangement, "tile_worker_of", property(lambda self: (0,) * len(self.order)))
     products = []
     multiply, gemm = DynamicEngine.multiply, CpuBackend.gemm
 
