@@ -59,6 +59,12 @@ def _parse(argv: list[str]) -> tuple[list[tuple[int, str, str]], list[str]]:
     return faults, argv
 
 
+def _mark_held() -> None:
+    """Tell a waiting test that this rank is held here: create ``HOLD_MARK`` where it is set."""
+    if os.environ.get("HOLD_MARK"):
+        open(os.environ["HOLD_MARK"], "w").close()
+
+
 def _strike(where: str, how: str):
     """Fail in the way ``how`` says (or hang)."""
     if how == "raise":
@@ -76,8 +82,7 @@ def _strike(where: str, how: str):
     if how == "interrupt":
         raise KeyboardInterrupt
     if how == "hang":
-        if os.environ.get("HOLD_MARK"):  # tell a waiting test that this rank is held here
-            open(os.environ["HOLD_MARK"], "w").close()
+        _mark_held()
         while True:
             time.sleep(1.0)
     raise AssertionError(how)
@@ -116,8 +121,7 @@ def _hang_after(module, name: str) -> None:
 
     def wrapper(*args, **kwargs):
         original(*args, **kwargs)
-        if os.environ.get("HOLD_MARK"):  # the step is done: a waiting test may strike now
-            open(os.environ["HOLD_MARK"], "w").close()
+        _mark_held()  # the step is done
         while True:
             time.sleep(1.0)
 
