@@ -156,6 +156,16 @@ REFUSED = [
     (["predict", "--m", "200000", "--k", "200000", "--n", "8", "--dtype", "float16", "--ranks", "20000",
       "--grid", "20000x1"], "--m=200000 --n=8 --k=200000 --ranks=20000"),
     (["predict", "--ranks", "100000"], "--ranks=100000: the model would simulate at least"),
+    (["show", "--machine", "h200x2,daint-p100"], "--machine=h200x2,daint-p100: no such built-in machine"),
+    # the type reaches the bound: float16 operands of this size fit the model's integers, float64 ones not
+    (["predict", "--dtype", "float16", "--m", "1073741824"], "--k=1073741824: the model would simulate at least"),
+    (["scaling", "--dtype", "float16", "--sizes", "1073741824", "--nodes", "1"],
+     "--nodes=1 --sizes: --m=1073741824 --n=1073741824 --k=1073741824: the model would simulate at least"),
+    (["predict", "--m", "64", "--n", "64", "--k", "40000", "--ranks", "40000", "--grid", "1x40000"],
+     "at least 40000 steps (one per block of k on the grid), more than 32768"),
+    # 16 ranks on one host of 8 GPUs: the operands (1491 GiB) exceed those 8 GPUs, so the narrowest panel
+    (["predict", "--machine", "h200x8-ndr", "--ranks", "16", "--ranks-per-host", "16", "--m", "10000", "--n",
+      "10000", "--k", "10000000"], "the narrowest: the operands' 1491 GiB exceed the 1114 GiB of 8 device(s)"),
 ]
 
 
@@ -203,3 +213,148 @@ def test_check_reads_its_files_and_machines_before_anything(folder, capsys):
                          MPI.COMM_SELF)
     assert capsys.readouterr().out == ""
     model.check_options(cli.parse(["model", "check", good, "--machine", "h200x2,daint-p100"]))
+
+
+# -- model measure: the sweep, what it prints, the description it fits ---------------------------------
+def _fake_sweep(monkeypatch, calls):
+    """A GEMM clock of known rates (float64 2 TFLOP/s, float32 4; accumulating 10 % slower) and a copy
+    rate of 20 GB/s, in place of the device's: the command's bookkeeping is then exact."""
+    def time_gemm(backend, comm, m, n, w, dtype, acc, seconds):
+        calls.append((m, n, w, dtype, acc, seconds))
+        rate = {"float64": 2e12, "float32": 4e12}[dtype] / (1.1 if acc else 1.0)
+        return 1e-5 + 2.0 * m * n * w / rate
+
+    monkeypatch.setattr(model, "_time_gemm", time_gemm)
+    monkeypatch.setattr(model, "_time_copy", lambda backend, comm: 20e9)
+    monkeypatch.setattr(model, "_sweep_shapes", lambda on_gpu: [(64, 64, 16), (128, 96, 64), (96, 128, 32)])
+    return time_gemm
+
+
+@pytest.mark.parametrize("dtypes, sweep", [(None, None), ("float32", "0.004"), ("float64,float32", "1000")])
+def test_measure_times_every_shape_type_and_mode_and_fits_what_it_timed(dtypes, sweep, tmp_path, monkeypatch,
+                                                                        capsys):
+    calls = []
+    clock = _fake_sweep(monkeypatch, calls)
+    save = tmp_path / "cpu.json"
+    argv = ["model", "measure", "--save", str(save), "--shapes", "40x120x16"]
+    argv += ["--dtypes", dtypes] if dtypes else []
+    argv += ["--sweep-seconds", sweep] if sweep else []
+    assert model.model_main(cli.parse(argv), MPI.COMM_SELF) == 0
+    types = (dtypes or "float64,float32").split(",")
+    shapes = [(64, 64, 16), (128, 96, 64), (96, 128, 32)]
+    # each type: every shape without and with accumulation, then the --shapes block accumulating
+    per = min(float(sweep) if sweep else model.SWEEP_SECONDS["cpu"], model.SWEEP_BUDGET_SECONDS / (2 * 3 * len(types)))
+    want_calls = [(m, n, w, t, acc, per) for t in types for call in
+                  [[(m, n, w, acc) for m, n, w in shapes for acc in (False, True)] + [(40, 120, 16, True)]]
+                  for m, n, w, acc in call]
+    assert calls == want_calls
+    printed = capsys.readouterr().out.splitlines()
+    samples = {t: [(m, n, w, acc, clock(None, None, m, n, w, t, acc, per)) for m, n, w in shapes
+                   for acc in (False, True)] for t in types}
+    exact = {t: [(40, 120, 16, clock(None, None, 40, 120, 16, t, True, per))] for t in types}
+    sweep_lines = [f"sweep {t} m={m} n={n} w={w} beta={int(acc)} {sec * 1e3:.4f} ms "
+                   f"{2.0 * m * n * w / sec / 1e12:.1f} TFLOP/s" for t, rows in samples.items()
+                   for m, n, w, acc, sec in rows]
+    shape_lines = [f"shape {t} m=40 n=120 w=16 beta=1 {sec * 1e3:.4f} ms {2.0 * 40 * 120 * 16 / sec / 1e12:.1f} TFLOP/s"
+                   for t, rows in exact.items() for *_, sec in rows]
+    assert printed[:len(sweep_lines) + len(shape_lines)] == sweep_lines + shape_lines
+    assert printed[len(sweep_lines) + len(shape_lines)] == f"hpcmm model: machine description written to {save}"
+    desc = model.load_machine(str(save))
+    assert "\n".join(printed[len(sweep_lines) + len(shape_lines) + 1:]) == desc.to_json()
+    assert desc == model._describe_measured(None, False, samples, 20e9, 1, None, 1, exact)
+    calls.clear()
+
+
+def test_measure_starts_from_the_machine_it_names(tmp_path, monkeypatch, capsys):
+    """``--machine``: the measured types replace its curves, the others and its links stay."""
+    _fake_sweep(monkeypatch, [])
+    save = tmp_path / "cpu.json"
+    assert model.model_main(cli.parse(["model", "measure", "--machine", "h200x8-ndr", "--dtypes", "float64",
+                                       "--save", str(save)]), MPI.COMM_SELF) == 0
+    desc, base = model.load_machine(str(save)), builtin("h200x8-ndr")
+    assert desc.gemm["float32"] == base.gemm["float32"] and desc.gemm["float64"] != base.gemm["float64"]
+    assert desc.net_gbps == base.net_gbps and desc.gemm["float64"].unaligned == base.gemm["float64"].unaligned
+    assert desc.source == "GEMM sweep here; links from h200x8-ndr"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--dtypes", "bfloat16"], "--dtypes: 'bfloat16' cannot be measured here (have float64, float32, "),
+    (["--dtypes", "float64,int8"], "--dtypes: 'int8' cannot be measured here"),
+    (["--shapes", "96x48"], "--shapes: '96x48' is not MxNxW"),
+])
+def test_measure_refuses_before_it_times_anything(argv, words, tmp_path, monkeypatch):
+    calls = []
+    _fake_sweep(monkeypatch, calls)
+    save = tmp_path / "never.json"
+    with pytest.raises(InputError) as caught:
+        model.model_main(cli.parse(["model", "measure", "--save", str(save), *argv]), MPI.COMM_SELF)
+    assert words in str(caught.value) and calls == [] and not save.exists()
+
+
+def test_measure_needs_save(monkeypatch):
+    with pytest.raises(InputError, match=r"^model measure: --save FILE\.json is required$"):
+        model.model_main(cli.parse(["model", "measure"]), MPI.COMM_SELF)
+
+
+# -- the description a sweep makes ------------------------------------------------------------------
+def _samples(rate):
+    return [(m, n, w, acc, 2e-6 + 2.0 * m * n * w / rate) for m in (256, 1024) for n in (256, 1024)
+            for w in (64, 256) for acc in (False, True)]
+
+
+@pytest.mark.parametrize("sharers", [1, 3])
+def test_a_cpu_description_from_its_sweep(sharers, monkeypatch):
+    monkeypatch.setattr(model, "_cores", lambda: 6)
+    monkeypatch.setattr(model, "_meminfo", lambda: 12 * 2**30)
+    samples = {"float64": _samples(1e12)}
+    exact = {"float64": [(96, 48, 32, 2.0 * 96 * 48 * 32 / 0.5e12)]}
+    desc = model._describe_measured(None, False, samples, 30e9, sharers, None, 4, exact)
+    curve = model.fit_gemm_curve(samples["float64"], "float64", 30e9 / sharers, 4.0)
+    assert desc.name == "measured-cpu" and desc.device == "cpu"
+    assert desc.description == f"measured by `model measure` at 4 rank(s), {sharers} per device"
+    assert desc.source == "GEMM sweep here; links from defaults"
+    assert desc.gemm["float64"].tflops == pytest.approx(curve.tflops * sharers)
+    assert desc.gemm["float64"].half_k == curve.half_k and desc.gemm["float64"].unaligned == 1.0
+    (m, n, w, share), = desc.gemm["float64"].shapes
+    assert (m, n, w) == (96, 48, 32) and share == pytest.approx(0.5 / curve.tflops)
+    assert desc.memory_gbps == 30e9 and desc.accumulate_passes == 4.0
+    assert desc.shared_device_efficiency == (1.0 if sharers > 1 else 0.85)
+    assert (desc.devices_per_node, desc.nics_per_node, desc.hosts, desc.cuda_aware) == (6, 1, 1, True)
+    assert desc.memory_gib == 12
+
+
+def test_a_gpu_description_keeps_its_bases_links_and_odd_shape_penalty():
+    base = builtin("h200x2")
+    desc = model._describe_measured(base, True, {"float64": _samples(50e12)}, 3000e9, 1, None, 2)
+    assert desc.name == "measured-gpu" and desc.accumulate_passes == 2.0
+    assert desc.source == "GEMM sweep here; links from h200x2"
+    assert desc.gemm["float64"].unaligned == base.gemm["float64"].unaligned
+    assert desc.gemm["float32"] == base.gemm["float32"]
+    assert (desc.devices_per_node, desc.hosts, desc.memory_gib, desc.cuda_aware) == \
+        (base.devices_per_node, base.hosts, base.memory_gib, base.cuda_aware)
+    assert desc.shared_device_efficiency == base.shared_device_efficiency
+
+
+@pytest.mark.parametrize("argv", [
+    ["predict", "--m", "2000", "--n", "2000", "--k", "8388608", "--algo", "2.5d", "--panel", "64"],  # 8 layers
+    ["predict", "--machine", "h200x8-ndr", "--ranks", "16", "--m", "10000", "--n", "10000", "--k", "10000000"],
+    ["predict", "--m", "64", "--n", "64", "--k", "40000", "--ranks", "4096", "--grid", "64x64"],
+])
+def test_what_fits_the_models_bound_is_taken(argv):
+    """The other side of the refusals above: the layers, the hosts' GPUs and the grid count."""
+    model.check_options(cli.parse(["model", *argv]))
+
+
+def test_check_loads_each_description_it_names():
+    with pytest.raises(InputError, match="--machine=/nonexistent/m.json"):
+        model.check_options(cli.parse(["model", "check", "--machine", "/nonexistent/m.json"]))
+
+
+def test_without_a_communicator_it_prints_as_rank_0(capsys):
+    assert model.model_main(cli.parse(["model", "show"])) == 0
+    assert capsys.readouterr().out == builtin("h200x2").to_json() + "\n"
+
+
+def test_links_names_both_options_it_needs(tmp_path):
+    with pytest.raises(InputError, match=r"^model links: --transport FILE\.h5 and --save FILE\.json are required$"):
+        model.model_main(cli.parse(["model", "links", "--save", str(tmp_path / "m.json")]), MPI.COMM_SELF)
