@@ -216,52 +216,60 @@ def test_check_reads_its_files_and_machines_before_anything(folder, capsys):
 
 
 # -- model measure: the sweep, what it prints, the description it fits ---------------------------------
+SWEEP = [(1024, 1024, 64), (512, 768, 256), (768, 512, 128)]
+
+
 def _fake_sweep(monkeypatch, calls):
     """A GEMM clock of known rates (float64 2 TFLOP/s, float32 4; accumulating 10 % slower) and a copy
-    rate of 20 GB/s, in place of the device's: the command's bookkeeping is then exact."""
+    rate of 2000 GB/s, in place of the device's: the command's bookkeeping is then exact.  The shapes take
+    tens of microseconds, so that the printed milliseconds and TFLOP/s show every digit they are given."""
     def time_gemm(backend, comm, m, n, w, dtype, acc, seconds):
         calls.append((m, n, w, dtype, acc, seconds))
-        rate = {"float64": 2e12, "float32": 4e12}[dtype] / (1.1 if acc else 1.0)
-        return 1e-5 + 2.0 * m * n * w / rate
+        rate = {"float64": 2e12, "float32": 4e12, "complex128": 8e12}[dtype] / (1.1 if acc else 1.0)
+        return (8.0 if dtype == "complex128" else 2.0) * m * n * w / rate
 
     monkeypatch.setattr(model, "_time_gemm", time_gemm)
-    monkeypatch.setattr(model, "_time_copy", lambda backend, comm: 20e9)
-    monkeypatch.setattr(model, "_sweep_shapes", lambda on_gpu: [(64, 64, 16), (128, 96, 64), (96, 128, 32)])
+    monkeypatch.setattr(model, "_time_copy", lambda backend, comm: 2000.0)
+    monkeypatch.setattr(model, "_sweep_shapes", lambda on_gpu: SWEEP)
     return time_gemm
 
 
-@pytest.mark.parametrize("dtypes, sweep", [(None, None), ("float32", "0.004"), ("float64,float32", "1000")])
+@pytest.mark.parametrize("dtypes, sweep", [(None, None), ("float32", "0.004"), ("float64,float32", "1000"),
+                                           ("complex128", None)])
 def test_measure_times_every_shape_type_and_mode_and_fits_what_it_timed(dtypes, sweep, tmp_path, monkeypatch,
                                                                         capsys):
     calls = []
     clock = _fake_sweep(monkeypatch, calls)
     save = tmp_path / "cpu.json"
-    argv = ["model", "measure", "--save", str(save), "--shapes", "40x120x16"]
+    argv = ["model", "measure", "--save", str(save), "--shapes", "400x1200x160"]
     argv += ["--dtypes", dtypes] if dtypes else []
     argv += ["--sweep-seconds", sweep] if sweep else []
     assert model.model_main(cli.parse(argv), MPI.COMM_SELF) == 0
     types = (dtypes or "float64,float32").split(",")
-    shapes = [(64, 64, 16), (128, 96, 64), (96, 128, 32)]
+    shapes = SWEEP
     # each type: every shape without and with accumulation, then the --shapes block accumulating
     per = min(float(sweep) if sweep else model.SWEEP_SECONDS["cpu"], model.SWEEP_BUDGET_SECONDS / (2 * 3 * len(types)))
     want_calls = [(m, n, w, t, acc, per) for t in types for call in
-                  [[(m, n, w, acc) for m, n, w in shapes for acc in (False, True)] + [(40, 120, 16, True)]]
+                  [[(m, n, w, acc) for m, n, w in shapes for acc in (False, True)] + [(400, 1200, 160, True)]]
                   for m, n, w, acc in call]
     assert calls == want_calls
     printed = capsys.readouterr().out.splitlines()
+    flops = {t: (8.0 if t == "complex128" else 2.0) for t in types}  # a complex multiply-add is 8
     samples = {t: [(m, n, w, acc, clock(None, None, m, n, w, t, acc, per)) for m, n, w in shapes
                    for acc in (False, True)] for t in types}
-    exact = {t: [(40, 120, 16, clock(None, None, 40, 120, 16, t, True, per))] for t in types}
+    exact = {t: [(400, 1200, 160, clock(None, None, 400, 1200, 160, t, True, per))] for t in types}
     sweep_lines = [f"sweep {t} m={m} n={n} w={w} beta={int(acc)} {sec * 1e3:.4f} ms "
-                   f"{2.0 * m * n * w / sec / 1e12:.1f} TFLOP/s" for t, rows in samples.items()
+                   f"{flops[t] * m * n * w / sec / 1e12:.1f} TFLOP/s" for t, rows in samples.items()
                    for m, n, w, acc, sec in rows]
-    shape_lines = [f"shape {t} m=40 n=120 w=16 beta=1 {sec * 1e3:.4f} ms {2.0 * 40 * 120 * 16 / sec / 1e12:.1f} TFLOP/s"
+    shape_lines = [f"shape {t} m=400 n=1200 w=160 beta=1 {sec * 1e3:.4f} ms {flops[t] * 400 * 1200 * 160 / sec / 1e12:.1f} "
+                   "TFLOP/s"
                    for t, rows in exact.items() for *_, sec in rows]
     assert printed[:len(sweep_lines) + len(shape_lines)] == sweep_lines + shape_lines
     assert printed[len(sweep_lines) + len(shape_lines)] == f"hpcmm model: machine description written to {save}"
     desc = model.load_machine(str(save))
     assert "\n".join(printed[len(sweep_lines) + len(shape_lines) + 1:]) == desc.to_json()
-    assert desc == model._describe_measured(None, False, samples, 20e9, 1, None, 1, exact)
+    assert desc == model._describe_measured(None, False, samples, 2000.0, 1, None, 1, exact)
+    assert printed[0] == "sweep float32 m=1024 n=1024 w=64 beta=0 0.0336 ms 4.0 TFLOP/s" or types[0] != "float32"
     calls.clear()
 
 
@@ -297,9 +305,10 @@ def test_measure_needs_save(monkeypatch):
 
 
 # -- the description a sweep makes ------------------------------------------------------------------
-def _samples(rate):
-    return [(m, n, w, acc, 2e-6 + 2.0 * m * n * w / rate) for m in (256, 1024) for n in (256, 1024)
-            for w in (64, 256) for acc in (False, True)]
+def _samples(rate, gbps=30.0, passes=4.0):
+    """A sweep on the model's own curve: launch, GEMM and the passes over C at ``gbps`` (GB/s)."""
+    return [(m, n, w, acc, 2e-6 + 2.0 * m * n * w / rate + (passes if acc else 1.0) * m * n * 8 / (gbps * 1e9))
+            for m in (256, 1024) for n in (256, 1024) for w in (64, 256) for acc in (False, True)]
 
 
 @pytest.mark.parametrize("sharers", [1, 3])
@@ -308,8 +317,11 @@ def test_a_cpu_description_from_its_sweep(sharers, monkeypatch):
     monkeypatch.setattr(model, "_meminfo", lambda: 12 * 2**30)
     samples = {"float64": _samples(1e12)}
     exact = {"float64": [(96, 48, 32, 2.0 * 96 * 48 * 32 / 0.5e12)]}
-    desc = model._describe_measured(None, False, samples, 30e9, sharers, None, 4, exact)
-    curve = model.fit_gemm_curve(samples["float64"], "float64", 30e9 / sharers, 4.0)
+    desc = model._describe_measured(None, False, samples, 30.0 * sharers, sharers, None, 4, exact)
+    curve = model.fit_gemm_curve(samples["float64"], "float64", 30.0, 4.0)  # each rank's share of the copy rate
+    assert curve.tflops == pytest.approx(1.0, rel=0.01)  # the curve the samples were made on
+    for gbps, passes in ((30.0, 2.0), (90.0, 4.0)):  # the passes and the share of the copy rate matter here
+        assert model.fit_gemm_curve(samples["float64"], "float64", gbps, passes).tflops < 0.9
     assert desc.name == "measured-cpu" and desc.device == "cpu"
     assert desc.description == f"measured by `model measure` at 4 rank(s), {sharers} per device"
     assert desc.source == "GEMM sweep here; links from defaults"
@@ -317,7 +329,7 @@ def test_a_cpu_description_from_its_sweep(sharers, monkeypatch):
     assert desc.gemm["float64"].half_k == curve.half_k and desc.gemm["float64"].unaligned == 1.0
     (m, n, w, share), = desc.gemm["float64"].shapes
     assert (m, n, w) == (96, 48, 32) and share == pytest.approx(0.5 / curve.tflops)
-    assert desc.memory_gbps == 30e9 and desc.accumulate_passes == 4.0
+    assert desc.memory_gbps == 30.0 * sharers and desc.accumulate_passes == 4.0
     assert desc.shared_device_efficiency == (1.0 if sharers > 1 else 0.85)
     assert (desc.devices_per_node, desc.nics_per_node, desc.hosts, desc.cuda_aware) == (6, 1, 1, True)
     assert desc.memory_gib == 12
@@ -325,7 +337,7 @@ def test_a_cpu_description_from_its_sweep(sharers, monkeypatch):
 
 def test_a_gpu_description_keeps_its_bases_links_and_odd_shape_penalty():
     base = builtin("h200x2")
-    desc = model._describe_measured(base, True, {"float64": _samples(50e12)}, 3000e9, 1, None, 2)
+    desc = model._describe_measured(base, True, {"float64": _samples(50e12, 3000.0, 2.0)}, 3000.0, 1, None, 2)
     assert desc.name == "measured-gpu" and desc.accumulate_passes == 2.0
     assert desc.source == "GEMM sweep here; links from h200x2"
     assert desc.gemm["float64"].unaligned == base.gemm["float64"].unaligned
@@ -358,3 +370,14 @@ def test_without_a_communicator_it_prints_as_rank_0(capsys):
 def test_links_names_both_options_it_needs(tmp_path):
     with pytest.raises(InputError, match=r"^model links: --transport FILE\.h5 and --save FILE\.json are required$"):
         model.model_main(cli.parse(["model", "links", "--save", str(tmp_path / "m.json")]), MPI.COMM_SELF)
+
+
+def test_a_cpu_description_is_of_its_cores_whatever_it_starts_from(monkeypatch):
+    """From a GPU cluster's description, a CPU sweep describes one host of cores with one NIC; where the
+    host's memory cannot be read, 8 GiB."""
+    monkeypatch.setattr(model, "_cores", lambda: 2)
+    monkeypatch.setattr(model, "_meminfo", lambda: None)
+    base = builtin("h200x8-ndr")
+    assert base.nics_per_node != 1 and base.hosts != 1
+    desc = model._describe_measured(base, False, {"float64": _samples(1e12)}, 30.0, 1, None, 2)
+    assert (desc.devices_per_node, desc.nics_per_node, desc.hosts, desc.memory_gib) == (2, 1, 1, 8.0)

@@ -2246,7 +2246,7 @@ def sweep_operands(xp, m: int, n: int, w: int, dtype: str, on_gpu: bool = True):
 
 
 def _time_copy(backend, comm) -> float:
-    """Bytes read plus written per second by a copy on this device (all ranks at once).
+    """GB/s (1e9 bytes a second) read plus written by a copy on this device (all ranks at once).
 
     The size is that of a C block of the sweep: on a CPU such a block lives in
     the caches, on a GPU in device memory.
