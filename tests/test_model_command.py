@@ -231,6 +231,8 @@ def _fake_sweep(monkeypatch, calls):
     monkeypatch.setattr(model, "_time_gemm", time_gemm)
     monkeypatch.setattr(model, "_time_copy", lambda backend, comm: 2000.0)
     monkeypatch.setattr(model, "_sweep_shapes", lambda on_gpu: SWEEP)
+    monkeypatch.setattr(model, "_meminfo", lambda: 16 * 2**30)  # the host's free memory moves between reads
+    monkeypatch.setattr(model, "_cores", lambda: 2)
     return time_gemm
 
 
