@@ -27,6 +27,9 @@ from pathlib import Path
 KILLED = {1, 3, 36, -24, 24, 152, 255}
 SURVIVED = {0}
 NO_TESTS = {33, 5}
+#: A test process that died of a signal (mutmut's "segfault"): no verdict on the mutant; left out of
+#: the score, whose interval then stands for the others.
+CRASHED = {-11, -9}
 
 
 def read_results(mutants_dir: Path) -> dict[str, tuple[int | None, float]]:
@@ -71,10 +74,10 @@ def estimate(results: dict, sample: list[str]) -> dict:
     pending = len(sample) + sum(code is None for code, _ in rest)  # the stratum the sample stands for
     codes = [results[name][0] for name in judged_sample]
     seconds = [results[name][1] for name in judged_sample]
-    graded = [c for c in codes if c not in NO_TESTS]  # mutants some test reaches
-    census_graded = [c for c, _ in census if c not in NO_TESTS]
+    graded = [c for c in codes if c not in NO_TESTS | CRASHED]  # mutants some test reaches and judged
+    census_graded = [c for c, _ in census if c not in NO_TESTS | CRASHED]
     # Pending mutants some test reaches, estimated, and how many of them the tests kill.
-    reached, reached_hw = _interval(pending, [float(c not in NO_TESTS) for c in codes])
+    reached, reached_hw = _interval(pending, [float(c not in NO_TESTS | CRASHED) for c in codes])
     killed, killed_hw = _interval(pending, [float(c in KILLED) for c in codes])
     time_s, time_hw = _interval(pending, seconds)
     known_killed = sum(c in KILLED for c in census_graded)
@@ -87,7 +90,8 @@ def estimate(results: dict, sample: list[str]) -> dict:
         "mutants": len(results), "judged_before": len(census), "pending": pending,
         "sample": len(sample), "sample_run": len(judged_sample), "sample_unrun": len(unrun),
         "sample_killed": sum(c in KILLED for c in codes), "sample_survived": sum(c in SURVIVED for c in codes),
-        "sample_no_tests": sum(c in NO_TESTS for c in codes), "sample_seconds": sum(seconds),
+        "sample_no_tests": sum(c in NO_TESTS for c in codes), "sample_crashed": sum(c in CRASHED for c in codes),
+        "sample_seconds": sum(seconds),
         "census_killed": known_killed, "census_survived": sum(c in SURVIVED for c, _ in census),
         "census_no_tests": sum(c in NO_TESTS for c, _ in census), "census_seconds": sum(s for _, s in census),
         "pending_seconds": time_s, "pending_seconds_hw": time_hw,
@@ -106,10 +110,11 @@ def report_text(found: dict) -> str:
         f"{f['census_seconds'] / 3600:.2f} h of tests), pending {f['pending']}",
         f"sample {f['sample']} of the pending ({f['sample_run']} judged, {f['sample_unrun']} not yet): "
         f"killed {f['sample_killed']}, survived {f['sample_survived']}, no tests {f['sample_no_tests']}, "
+        f"crashed {f['sample_crashed']}, "
         f"{f['sample_seconds'] / 60:.1f} min of tests",
         f"pending, estimated: {f['pending_seconds'] / 3600:.1f} ± {f['pending_seconds_hw'] / 3600:.1f} h of tests "
         f"(one worker), {f['pending_killed']:.0f} ± {f['pending_killed_hw']:.0f} killed of "
-        f"{f['pending_reached']:.0f} ± {f['pending_reached_hw']:.0f} that tests reach",
+        f"{f['pending_reached']:.0f} ± {f['pending_reached_hw']:.0f} that tests reach and judge",
         f"full run, estimated: {hours:.1f} ± {f['pending_seconds_hw'] / 3600:.1f} h of tests at one worker; "
         f"killed {100 * f['score']:.1f} ± {100 * f['score_hw']:.1f} % of the mutants tests reach "
         f"(equivalent ones not taken out)",

@@ -74,3 +74,11 @@ def test_the_command_draws_reports_and_refuses(tmp_path):
     none = subprocess.run([sys.executable, str(SCRIPT), "--mutants", str(tmp_path / "x"), "draw"],
                           capture_output=True, text=True)
     assert none.returncode == 2 and "no mutmut results" in none.stderr
+
+
+def test_a_crashed_test_process_is_no_verdict(tmp_path):
+    """mutmut's "segfault" (the test process died of a signal): neither killed nor survived."""
+    codes = {**dict.fromkeys(_names(4), 1), _names(1, 4)[0]: -11, _names(1, 5)[0]: 0}
+    found = estimate(read_results(_mutants(tmp_path, codes, {})), _names(2, 4))
+    assert found["sample_crashed"] == 1 and found["sample_killed"] == 0 and found["sample_survived"] == 1
+    assert found["pending_reached"] == pytest.approx(1.0) and found["score"] == pytest.approx(4 / 5)
