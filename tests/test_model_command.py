@@ -313,7 +313,7 @@ def _samples(rate, gbps=30.0, passes=4.0):
             for m in (256, 1024) for n in (256, 1024) for w in (64, 256) for acc in (False, True)]
 
 
-@pytest.mark.parametrize("sharers", [1, 3])
+@pytest.mark.parametrize("sharers", [1, 2, 3])
 def test_a_cpu_description_from_its_sweep(sharers, monkeypatch):
     monkeypatch.setattr(model, "_cores", lambda: 6)
     monkeypatch.setattr(model, "_meminfo", lambda: 12 * 2**30)
@@ -383,3 +383,20 @@ def test_a_cpu_description_is_of_its_cores_whatever_it_starts_from(monkeypatch):
     assert base.nics_per_node != 1 and base.hosts != 1
     desc = model._describe_measured(base, False, {"float64": _samples(1e12)}, 30.0, 1, None, 2)
     assert (desc.devices_per_node, desc.nics_per_node, desc.hosts, desc.memory_gib) == (2, 1, 1, 8.0)
+
+
+def test_a_complex_blocks_share_counts_its_eight_flops():
+    """``--shapes`` of complex128: the block's share of the curve's rate, a multiply-add being 8 flops."""
+    samples = {"complex128": [(m, n, w, acc, 4 * t) for m, n, w, acc, t in _samples(1e12)]}
+    exact = {"complex128": [(96, 48, 32, 8.0 * 96 * 48 * 32 / 0.5e12)]}
+    desc = model._describe_measured(builtin("h200x2"), True, samples, 3000.0, 1, None, 2, exact)
+    (_, _, _, share), = desc.gemm["complex128"].shapes
+    assert share == pytest.approx(0.5 / desc.gemm["complex128"].tflops)
+
+
+def test_a_cpu_takes_host_buffers_whatever_its_base_says(monkeypatch):
+    """A CPU rank's MPI always takes its (host) buffers: cuda_aware, even from a base that says no."""
+    monkeypatch.setattr(model, "_meminfo", lambda: 4 * 2**30)
+    base = builtin("h200x2")
+    assert base.cuda_aware is False
+    assert model._describe_measured(base, False, {"float64": _samples(1e12)}, 30.0, 1, None, 2).cuda_aware is True
