@@ -44,46 +44,34 @@ def test_each_kind_has_its_own_sequence(tmp_path):
         new_output_name(str(tmp_path), now, kind="other")
 
 
-@pytest.fixture
-def _temporaries():
-    """The temporary files a test hands to ``publish`` itself, forgotten after it as the writers forget
-    theirs (``remove_temporary`` in their ``finally``), so that no later test in this process finds
-    them registered (tests/test_leaks.py counts what is left)."""
-    made: list[str] = []
-    yield made
-    for tmp in made:
-        h5io.remove_temporary(tmp)
-
-
-def _temporary(tmp_path, text: str, made: list[str]) -> str:
+def _temporary(tmp_path, text: str) -> str:
     tmp = h5io.temporary_path(str(tmp_path / "x.h5"))
-    made.append(tmp)
     with open(tmp, "w") as fh:
         fh.write(text)
     return tmp
 
 
-def test_a_name_hpcmm_chose_gives_way_at_publish_time(tmp_path, monkeypatch, _temporaries):
+def test_a_name_hpcmm_chose_gives_way_at_publish_time(tmp_path, monkeypatch):
     monkeypatch.setattr(h5io, "RENAMEABLE", set())
     taken = tmp_path / "hpcmm-results-20261129-230507.h5"
     (tmp_path / "hpcmm-results-20261129-230507-2.h5").write_text("another run's, too")
     taken.write_text("another run's")
     h5io.RENAMEABLE.add(str(taken))
-    got = h5io.publish(_temporary(tmp_path, "mine", _temporaries), str(taken), overwrite=False)
+    got = h5io.publish(_temporary(tmp_path, "mine"), str(taken), overwrite=False)
     assert got == str(tmp_path / "hpcmm-results-20261129-230507-3.h5")
     assert open(got).read() == "mine" and taken.read_text() == "another run's"
     assert h5io.PUBLISHED == [got]
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 
 
-def test_a_name_the_user_gave_is_still_refused(tmp_path, monkeypatch, _temporaries):
+def test_a_name_the_user_gave_is_still_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(h5io, "RENAMEABLE", set())
     out = tmp_path / "mine.h5"
     out.write_text("the user's")
     with pytest.raises(InputError, match=r"file appeared during the run \(pass --overwrite\)"):
-        h5io.publish(_temporary(tmp_path, "new", _temporaries), str(out), overwrite=False)
+        h5io.publish(_temporary(tmp_path, "new"), str(out), overwrite=False)
     assert out.read_text() == "the user's"
-    assert h5io.publish(_temporary(tmp_path, "new", _temporaries), str(out), overwrite=True) == str(out)
+    assert h5io.publish(_temporary(tmp_path, "new"), str(out), overwrite=True) == str(out)
     assert out.read_text() == "new"
 
 

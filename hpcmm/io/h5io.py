@@ -478,7 +478,8 @@ def publish(tmp: str, path: str, overwrite: bool) -> str:
     """Rank 0: make the complete temporary file appear under ``path``; returns the name it took.
 
     That is ``path``, or for a name of :data:`RENAMEABLE` that another file took meanwhile the next
-    free one of its sequence (:func:`hpcmm.config.next_output_name`).
+    free one of its sequence (:func:`hpcmm.config.next_output_name`).  Returned or raised, ``tmp`` is
+    gone and no longer in :data:`PENDING`.
     """
     from ..config import next_output_name  # noqa: PLC0415
 
@@ -486,6 +487,7 @@ def publish(tmp: str, path: str, overwrite: bool) -> str:
         os.fsync(fh.fileno())
     if overwrite:
         os.replace(tmp, path)
+        PENDING.discard(tmp)  # its bytes are under `path` now: nothing of it is left to remove
     else:
         try:
             while True:
@@ -499,6 +501,7 @@ def publish(tmp: str, path: str, overwrite: bool) -> str:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            PENDING.discard(tmp)
     PUBLISHED[:] = [path]
     with contextlib.suppress(OSError):
         dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
