@@ -23,13 +23,18 @@ import random
 import sys
 from pathlib import Path
 
-#: mutmut's exit codes by verdict (``mutmut.stats.status_by_exit_code``); a timeout is a kill.
-KILLED = {1, 3, 36, -24, 24, 152, 255}
-SURVIVED = {0}
-NO_TESTS = {33, 5}
-#: A test process that died of a signal (mutmut's "segfault"): no verdict on the mutant; left out of
+from mutmut.stats import status_by_exit_code
+
+#: mutmut's verdicts (its own names for its exit codes) as this estimate counts them: a timeout is a
+#: kill; a test process that died of a signal ("segfault") is no verdict on the mutant, left out of
 #: the score, whose interval then stands for the others.
-CRASHED = {-11, -9}
+KILLED = {"killed", "timeout"}
+CRASHED = {"segfault"}
+
+
+def verdict(exit_code: int | None) -> str:
+    """mutmut's name for a mutant's exit code (``not checked`` for None)."""
+    return status_by_exit_code[exit_code]
 
 
 def read_results(mutants_dir: Path) -> dict[str, tuple[int | None, float]]:
@@ -72,12 +77,13 @@ def estimate(results: dict, sample: list[str]) -> dict:
     rest = [(code, s) for name, (code, s) in results.items() if name not in sample_set]
     census = [(code, s) for code, s in rest if code is not None]
     pending = len(sample) + sum(code is None for code, _ in rest)  # the stratum the sample stands for
-    codes = [results[name][0] for name in judged_sample]
+    codes = [verdict(results[name][0]) for name in judged_sample]
+    census_codes = [verdict(code) for code, _ in census]
     seconds = [results[name][1] for name in judged_sample]
-    graded = [c for c in codes if c not in NO_TESTS | CRASHED]  # mutants some test reaches and judged
-    census_graded = [c for c, _ in census if c not in NO_TESTS | CRASHED]
+    graded = [c for c in codes if c not in CRASHED | {"no tests"}]  # mutants some test reaches and judged
+    census_graded = [c for c in census_codes if c not in CRASHED | {"no tests"}]
     # Pending mutants some test reaches, estimated, and how many of them the tests kill.
-    reached, reached_hw = _interval(pending, [float(c not in NO_TESTS | CRASHED) for c in codes])
+    reached, reached_hw = _interval(pending, [float(c not in CRASHED | {"no tests"}) for c in codes])
     killed, killed_hw = _interval(pending, [float(c in KILLED) for c in codes])
     time_s, time_hw = _interval(pending, seconds)
     known_killed = sum(c in KILLED for c in census_graded)
@@ -89,11 +95,11 @@ def estimate(results: dict, sample: list[str]) -> dict:
     return {
         "mutants": len(results), "judged_before": len(census), "pending": pending,
         "sample": len(sample), "sample_run": len(judged_sample), "sample_unrun": len(unrun),
-        "sample_killed": sum(c in KILLED for c in codes), "sample_survived": sum(c in SURVIVED for c in codes),
-        "sample_no_tests": sum(c in NO_TESTS for c in codes), "sample_crashed": sum(c in CRASHED for c in codes),
+        "sample_killed": sum(c in KILLED for c in codes), "sample_survived": codes.count("survived"),
+        "sample_no_tests": codes.count("no tests"), "sample_crashed": sum(c in CRASHED for c in codes),
         "sample_seconds": sum(seconds),
-        "census_killed": known_killed, "census_survived": sum(c in SURVIVED for c, _ in census),
-        "census_no_tests": sum(c in NO_TESTS for c, _ in census), "census_seconds": sum(s for _, s in census),
+        "census_killed": known_killed, "census_survived": census_codes.count("survived"),
+        "census_no_tests": census_codes.count("no tests"), "census_seconds": sum(s for _, s in census),
         "pending_seconds": time_s, "pending_seconds_hw": time_hw,
         "pending_killed": killed, "pending_killed_hw": killed_hw, "pending_reached": reached,
         "pending_reached_hw": reached_hw, "score": score, "score_hw": score_hw,

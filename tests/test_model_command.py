@@ -18,7 +18,7 @@ from hpcmm.cli import main as cli
 from hpcmm.errors import InputError
 from hpcmm.model import cost as model
 from hpcmm.model.cost import Problem, builtin, predict
-from test_model import _results_file
+from test_model import _results_file, _staged_transport
 
 BASE = ["--machine", "h200x2", "--m", "6000", "--n", "5000", "--k", "4000", "--ranks", "4"]
 PROBLEM = Problem(6000, 5000, 4000)
@@ -120,8 +120,6 @@ def test_only_rank_0_prints(argv, capsys):
 
 
 def test_links_writes_the_description_on_rank_0_only(tmp_path, capsys):
-    from test_model import _staged_transport
-
     links = _staged_transport(tmp_path / "t.h5", 3.0, "2026-11-30T16:47:00+00:00")
     save = tmp_path / "rank1.json"
     assert model.model_main(cli.parse(["model", "links", "--transport", links, "--save", str(save)]),
@@ -171,8 +169,6 @@ REFUSED = [
 
 @pytest.fixture
 def folder(tmp_path):
-    from test_model import _staged_transport
-
     _staged_transport(tmp_path / "t.h5", 3.0, "2026-11-30T16:47:00+00:00")
     (tmp_path / "base.json").write_text(builtin("h200x2").to_json())
     (tmp_path / "note.txt").write_text("a note\n")
@@ -248,16 +244,15 @@ def test_measure_times_every_shape_type_and_mode_and_fits_what_it_timed(dtypes, 
     argv += ["--sweep-seconds", sweep] if sweep else []
     assert model.model_main(cli.parse(argv), MPI.COMM_SELF) == 0
     types = (dtypes or "float64,float32").split(",")
-    shapes = SWEEP
     # each type: every shape without and with accumulation, then the --shapes block accumulating
     per = min(float(sweep) if sweep else model.SWEEP_SECONDS["cpu"], model.SWEEP_BUDGET_SECONDS / (2 * 3 * len(types)))
     want_calls = [(m, n, w, t, acc, per) for t in types for call in
-                  [[(m, n, w, acc) for m, n, w in shapes for acc in (False, True)] + [(400, 1200, 160, True)]]
+                  [[(m, n, w, acc) for m, n, w in SWEEP for acc in (False, True)] + [(400, 1200, 160, True)]]
                   for m, n, w, acc in call]
     assert calls == want_calls
     printed = capsys.readouterr().out.splitlines()
     flops = {t: (8.0 if t == "complex128" else 2.0) for t in types}  # a complex multiply-add is 8
-    samples = {t: [(m, n, w, acc, clock(None, None, m, n, w, t, acc, per)) for m, n, w in shapes
+    samples = {t: [(m, n, w, acc, clock(None, None, m, n, w, t, acc, per)) for m, n, w in SWEEP
                    for acc in (False, True)] for t in types}
     exact = {t: [(400, 1200, 160, clock(None, None, 400, 1200, 160, t, True, per))] for t in types}
     sweep_lines = [f"sweep {t} m={m} n={n} w={w} beta={int(acc)} {sec * 1e3:.4f} ms "
@@ -271,8 +266,8 @@ def test_measure_times_every_shape_type_and_mode_and_fits_what_it_timed(dtypes, 
     desc = model.load_machine(str(save))
     assert "\n".join(printed[len(sweep_lines) + len(shape_lines) + 1:]) == desc.to_json()
     assert desc == model._describe_measured(None, False, samples, 2000.0, 1, None, 1, exact)
-    assert printed[0] == "sweep float32 m=1024 n=1024 w=64 beta=0 0.0336 ms 4.0 TFLOP/s" or types[0] != "float32"
-    calls.clear()
+    if types == ["float32"]:  # one line by hand, beside the lines the test builds
+        assert printed[0] == "sweep float32 m=1024 n=1024 w=64 beta=0 0.0336 ms 4.0 TFLOP/s"
 
 
 def test_measure_starts_from_the_machine_it_names(tmp_path, monkeypatch, capsys):
