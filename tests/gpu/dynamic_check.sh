@@ -25,10 +25,12 @@
 #    (default "6 2") BLAS threads, an MPMD launch, with share, measured, product and dynamic,
 #    against the ideal: the sum of each thread count's rate alone at one rank; and against what the
 #    two reach side by side as two one-rank runs at the same time ("together", the faster given
-#    more products so that both run for about as long).
+#    more products so that both run for about as long).  DYN_CPU_PIN=1 pins each thread count to
+#    cores of its own (taskset; one logical CPU per physical core, the first t1 cores for the first,
+#    the next t2 for the second, in every run of the part), so that the two never share a core.
 # A balance written dynamicQ (dynamic2, say) is --balance dynamic with Q tiles queued per worker,
 # dynamic-even (or dynamicQ-even) with even tiles, dynamic-tpT (dynamic-even-tp8) with T tiles per worker,
-# dynamic-nogather with a lone worker's tiles read from the owners' blocks (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
+# dynamic-nogather with a lone worker's tiles read from the owners' blocks, dynamic-dec (dynamic-tp16-dec) with decreasing tiles (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
 # (default "share measured dynamic"), DYN_CPU_BALANCES (default "share measured product dynamic")
 # and DYN_CO_VARIANTS take them, for A/B runs in one call.
 # Each run's row goes to $OUT/rows.tsv (round, case, ranks, n, balance, rc, TFLOP/s, imbalance,
@@ -62,8 +64,9 @@ failed=0
 # worker; -even: even tiles; -tpT: T tiles per worker, GPU and CPU alike; -nogather: a lone worker
 # reads the owners' blocks, no whole operands)
 hpcmm_cmd() {
-  if [[ $1 =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?(-nogather)?$ ]] && [ "$1" != dynamic ]; then
+  if [[ $1 =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?(-nogather)?(-dec)?$ ]] && [ "$1" != dynamic ]; then
     local set=()
+    [ -n "${BASH_REMATCH[6]}" ] && set+=(planning.choices.TILE_CUT=decreasing)
     [ -n "${BASH_REMATCH[5]}" ] && set+=(planning.choices.LONE_WORKER_GATHER=0)
     [ -n "${BASH_REMATCH[1]}" ] && set+=("execution.dynamic.QUEUED_TILES=${BASH_REMATCH[1]}")
     [ -n "${BASH_REMATCH[2]}" ] && set+=(planning.choices.TILE_CUT=even)
@@ -193,22 +196,34 @@ if part threads; then
   n=${DYN_CPU_N:-4096}
   read -r t1 t2 <<< "${DYN_CPU_THREADS:-6 2}"
   cpu=(--device cpu --m "$n" --quiet)
+  pin1=() pin2=()
+  if [ "${DYN_CPU_PIN:-0}" = 1 ]; then
+    # One logical CPU per physical core (the first of its siblings), in order.
+    mapfile -t cores < <(for f in /sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list; do
+                           cut -d, -f1 < "$f" | cut -d- -f1; done | sort -n -u)
+    if [ "${#cores[@]}" -lt $((t1 + t2)) ]; then
+      echo "DYN_CPU_PIN: ${#cores[@]} physical cores, fewer than $t1 + $t2 threads" | tee -a "$log"; exit 1
+    fi
+    pin1=(taskset -c "$(IFS=,; echo "${cores[*]:0:t1}")") pin2=(taskset -c "$(IFS=,; echo "${cores[*]:t1:t2}")")
+    echo "DYN_CPU_PIN: ${pin1[*]} / ${pin2[*]} (of ${#cores[@]} physical cores)" | tee -a "$log"
+  fi
   for round in $(seq "$ROUNDS"); do
-    for t in "$t1" "$t2"; do
-      one "$round" threads 1 "$n" "alone-$t" -- mpiexec -n 1 env OMP_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" $py -m hpcmm "${cpu[@]}"
-    done
+    one "$round" threads 1 "$n" "alone-$t1" -- mpiexec -n 1 env OMP_NUM_THREADS="$t1" OPENBLAS_NUM_THREADS="$t1" \
+      "${pin1[@]}" $py -m hpcmm "${cpu[@]}"
+    one "$round" threads 1 "$n" "alone-$t2" -- mpiexec -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" \
+      "${pin2[@]}" $py -m hpcmm "${cpu[@]}"
     # Side by side: the faster one given t1/t2 times the products, so that both run for about as long.
     iters2=3 iters1=$(( 3 * t1 / t2 ))
     one "$round" threads 1 "$n" "together-$t1" -- mpiexec -n 1 env OMP_NUM_THREADS="$t1" OPENBLAS_NUM_THREADS="$t1" \
-      $py -m hpcmm "${cpu[@]}" --iters "$iters1" &
+      "${pin1[@]}" $py -m hpcmm "${cpu[@]}" --iters "$iters1" &
     one "$round" threads 1 "$n" "together-$t2" -- mpiexec -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" \
-      $py -m hpcmm "${cpu[@]}" --iters "$iters2"
+      "${pin2[@]}" $py -m hpcmm "${cpu[@]}" --iters "$iters2"
     wait
     for balance in ${DYN_CPU_BALANCES:-share measured product dynamic}; do
       # shellcheck disable=SC2207
       args=($(hpcmm_cmd "$balance") "${cpu[@]}" --out "$(outfile "$round" threads 2 "$n" "$balance")")
-      one "$round" threads 2 "$n" "$balance" -- mpiexec -n 1 env OMP_NUM_THREADS="$t1" OPENBLAS_NUM_THREADS="$t1" "${args[@]}" \
-        : -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" "${args[@]}"
+      one "$round" threads 2 "$n" "$balance" -- mpiexec -n 1 env OMP_NUM_THREADS="$t1" OPENBLAS_NUM_THREADS="$t1" \
+        "${pin1[@]}" "${args[@]}" : -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" "${pin2[@]}" "${args[@]}"
     done
   done
 fi
