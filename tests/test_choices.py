@@ -167,6 +167,31 @@ def test_info_names_the_largest_square_problem_the_memory_check_accepts():
         assert need(n) <= free < need(int(n * 1.01)), kind
 
 
+@pytest.mark.parametrize("kind", ["float64", "float32", "bfloat16"])
+def test_on_a_gpu_info_names_the_largest_square_problem_the_planner_accepts(kind, monkeypatch):
+    """One rank on a GPU (a stand-in with 2 GiB free): the planner accepts info's largest N with its own
+    defaults (prefetch, panel, operand order, what a rank takes while it runs) and refuses N + 1 %."""
+    from fake_backend import FakeBackend
+
+    from hpcmm.cli.info import largest_square
+    from hpcmm.dtypes import numpy_dtype
+
+    free = 2 << 30
+    backend = FakeBackend()
+    monkeypatch.setattr(backend, "memory_info", lambda: (free, 4 << 30))
+    monkeypatch.setattr(backend, "device_id", 0, raising=False)
+    n = largest_square(kind, numpy_dtype(kind).itemsize, "1x1", [[{"rank": 0, "free_bytes": free}]], on_gpu=True)
+    config = RunConfig(dtype=kind)
+    topo = _topo(config)
+    try:
+        assert summa_choices(topo, backend, Layout(n, n, n, Grid(1, 1)), config).device_bytes <= free
+        larger = int(n * 1.01) + 1
+        with pytest.raises(InputError, match="does not fit"):
+            summa_choices(topo, backend, Layout(larger, larger, larger, Grid(1, 1)), config)
+    finally:
+        topo.close()
+
+
 def test_the_largest_problems_script_gives_the_rule_at_one_gpu(tmp_path):
     """``benchmarks/largest_problems.py``: at one rank on one GPU, float64 N²·24 bytes fill the free memory."""
     import json
