@@ -245,6 +245,38 @@ def test_fit_gemm_curve_recovers_a_curve():
         assert float(fitted.gemm_seconds(m, n, w, "float64", acc)) == pytest.approx(t, rel=0.03)
 
 
+#: The candidates fit_gemm_curve searches (its docstring: half extents and launch cost on a grid).
+HALF_MN = (1, 8, 16, 32, 64, 96, 128, 160, 192, 256, 384, 512)
+HALF_K = (1, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+LAUNCH_US = (0.0, 2.0, 5.0, 10.0, 20.0, 50.0)
+FIT_CASES = ([(h, 32, 5.0, "float64") for h in HALF_MN] + [(64, h, 5.0, "float64") for h in HALF_K]
+             + [(64, 32, us, "float64") for us in LAUNCH_US] + [(96, 48, 10.0, "complex128"), (8, 8, 2.0, "float16")])
+
+
+@pytest.mark.parametrize("half_mn, half_k, launch_us, dtype", FIT_CASES,
+                         ids=[f"{a}-{b}-{c}-{d}" for a, b, c, d in FIT_CASES])
+def test_fit_gemm_curve_finds_a_curve_of_its_grid_exactly(half_mn, half_k, launch_us, dtype):
+    """Samples timed exactly by a curve whose half extents and launch cost are candidates of the fit: that
+    curve comes back, its rate to the last digits (the model's own GEMM times, accumulating or not)."""
+    truth = GemmCurve(tflops=40.0, half_m=half_mn, half_n=half_mn, half_k=half_k, launch_us=launch_us)
+    machine = builtin("h200x2").replace(gemm={dtype: truth})
+    samples = [(m, n, w, acc, float(machine.gemm_seconds(m, n, w, dtype, acc)))
+               for m in (64, 256, 2048) for n in (128, 1024) for w in (16, 128, 1024) for acc in (False, True)]
+    fit = model.fit_gemm_curve(samples, dtype, machine.memory_gbps, machine.accumulate_passes)
+    assert (fit.half_m, fit.half_n, fit.half_k) == (half_mn, half_mn, half_k)
+    assert fit.launch_us == pytest.approx(launch_us, rel=1e-12, abs=1e-12)
+    assert fit.tflops == pytest.approx(40.0, rel=1e-9)
+
+
+def test_fit_gemm_curve_refuses_what_it_cannot_fit():
+    """No samples, or samples faster than their own passes over C (no positive rate): one line each."""
+    with pytest.raises(InputError, match="^fit_gemm_curve: no samples for float32$"):
+        model.fit_gemm_curve([], "float32", 3000.0)
+    too_fast = [(4096, 4096, 64, True, 1e-4), (2048, 2048, 64, True, 2e-5)]  # C's passes alone take longer
+    with pytest.raises(InputError, match="^fit_gemm_curve: no positive rate fits the float64 samples$"):
+        model.fit_gemm_curve(too_fast, "float64", 100.0)
+
+
 def test_fit_link():
     samples = [(b, 20e-6 + b / 50e9) for b in (1 << 20, 1 << 24, 1 << 28)]
     gbps, lat = model.fit_link(samples)

@@ -41,19 +41,58 @@ def test_every_figure_of_the_summary_with_a_unit_says_it(results_file):
                                              "free_bytes": "bytes", "device_used_bytes": "bytes"}
 
 
-def test_tables_reads_every_table(results_file):
-    found = tables(results_file)
+def _stored_tables(path):
+    """Every table of the file as h5py reads it: compound datasets, and 2-D ones with ``columns``."""
+    stored = {}
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset) and (obj.dtype.names is not None
+                                              or ("columns" in obj.attrs and obj.ndim == 2)):
+            stored[name] = (obj[()], dict(obj.attrs))
+
+    with h5py.File(path, "r") as f:
+        f.visititems(visit)
+    return stored
+
+
+def test_tables_are_dataframes_of_the_stored_rows_with_their_units(results_file):
+    """With pandas: one DataFrame per table, its columns and rows as stored, strings decoded, units attached."""
+    pandas = pytest.importorskip("pandas")
+    found, stored = tables(results_file), _stored_tables(results_file)
     assert {"topology", "memory", "timings/steps", "timings/plans", "timeline/events"} <= set(found)
-    memory = found["memory"]
-    rows = len(memory)
-    assert rows == 1
-    try:
-        import pandas  # noqa: F401
-    except ImportError:
-        assert isinstance(memory, np.ndarray) and memory["peak_bytes"][0] > 0
-    else:
-        assert memory["peak_bytes"].iloc[0] > 0 and memory.attrs["units"]["peak_bytes"] == "bytes"
-        assert list(found["timeline/events"].columns)[-2:] == ["start", "end"]
+    assert set(found) == set(stored)
+    for name, (data, attrs) in stored.items():
+        frame = found[name]
+        assert isinstance(frame, pandas.DataFrame) and len(frame) == len(data), name
+        names = data.dtype.names or [c.decode() if isinstance(c, bytes) else str(c) for c in attrs["columns"]]
+        assert list(frame.columns) == list(names), name
+        for i, column in enumerate(names):
+            want = data[column] if data.dtype.names else data[:, i]
+            if want.dtype.kind in "OS":
+                want = [v.decode() if isinstance(v, bytes) else v for v in want]
+                assert list(frame[column]) == want and all(isinstance(v, str) for v in frame[column]), (name, column)
+            else:
+                assert np.array_equal(np.asarray(frame[column]), want, equal_nan=want.dtype.kind in "fc"), (name, column)
+    assert found["memory"].attrs["units"]["peak_bytes"] == "bytes"
+    assert found["timeline/events"].attrs["units"] == {"start": "s", "end": "s"}
+    assert list(found["timeline/events"].columns)[-2:] == ["start", "end"]
+    assert found["topology"].attrs["units"] == units(results_file, "topology")
+    assert isinstance(found["topology"]["host"].iloc[0], str)
+
+
+def test_tables_are_the_stored_arrays_without_pandas(results_file, monkeypatch):
+    """Without pandas (its import fails): every table as the numpy array h5py reads, the same values."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    found, stored = tables(results_file), _stored_tables(results_file)
+    assert set(found) == set(stored) and "timeline/events" in found
+    for name, (data, _) in stored.items():
+        assert isinstance(found[name], np.ndarray) and found[name].dtype == data.dtype, name
+        for column in data.dtype.names or [None]:
+            got, want = (found[name], data) if column is None else (found[name][column], data[column])
+            assert np.array_equal(got, want, equal_nan=want.dtype.kind in "fc") if want.dtype.kind != "O" else list(got) == list(want), (name, column)
+    assert found["memory"]["peak_bytes"][0] > 0
 
 
 def test_one_rank_records_its_operands_and_no_buffers(results_file):
