@@ -148,3 +148,59 @@ def test_save_replaces_a_description_that_is_no_input(folder):
     assert model.model_main(cli.parse(argv), MPI.COMM_SELF) == 0
     assert model.load_machine(str(old)).links_measured == "2026-11-30T16:47:00+00:00"
     assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+# -- model predict's text: each figure as the prediction holds it ------------------------------------------
+def _figures(line: str) -> list[float]:
+    import re
+
+    return [float(x) for x in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", line)]
+
+
+@pytest.mark.parametrize("ranks, kw", [(6, dict(ranks_per_node=2, ranks_per_host=4)), (1, {}),
+                                       (8, dict(algo="2.5d:2", ranks_per_node=8))],
+                         ids=["6-ranks-2-hosts", "1-rank", "2.5d"])
+def test_describe_prints_the_predictions_figures(ranks, kw):
+    """Seconds, TFLOP/s per job and per rank, the shares of GEMM and exposed communication, the 2.5D
+    reduction, the bytes per path and per NIC: each line's figures are the prediction's, at their digits."""
+    import math
+
+    machine, prob = builtin("h200x8-ndr"), model.Problem(20000, 16000, 12000)
+    pred = model.predict(prob, ranks, machine, **kw)
+    lines = model.describe(prob, pred, machine).split("\n")
+    assert lines[0] == (f"hpcmm model: 20000x16000x12000 float64 on {ranks} rank(s), grid {pred.grid}, "
+                        f"{pred.ranks_per_node} per node, {pred.ranks_per_host} per host, machine h200x8-ndr")
+    assert lines[1] == f"  algorithm {pred.algo}, panel {pred.panel}, prefetch {pred.prefetch}, {pred.steps} steps"
+    seconds, tflops, per_rank = _figures(lines[2])
+    assert seconds == pytest.approx(pred.seconds, rel=1e-3) and tflops == pytest.approx(pred.tflops, abs=0.006)
+    assert per_rank == pytest.approx(pred.tflops / ranks, abs=0.006)
+    shares = _figures(lines[3])
+    s = pred.seconds
+    want = [pred.gemm_seconds, 100 * pred.gemm_seconds / s, pred.exposed_seconds, 100 * pred.exposed_seconds / s]
+    want += [pred.extra_seconds] if pred.extra_seconds else []
+    assert len(shares) == len(want) and all(math.isclose(g, w, rel_tol=1e-3, abs_tol=0.06) for g, w in zip(shares, want))
+    assert ("reduction" in lines[3]) == (pred.extra_seconds > 0)
+    assert lines[3].endswith(" s" if pred.extra_seconds else " %)")
+    rest = lines[4:]
+    if pred.bytes_by_path:
+        assert rest[0] == "  received per product: " + ", ".join(
+            f"{path} {nbytes / 1e9:.3g} GB" for path, nbytes in pred.bytes_by_path.items())
+        rest = rest[1:]
+    if pred.nic_bytes_max:
+        busiest, nic_seconds, mean = _figures(rest[0])
+        assert rest[0].startswith("  busiest NIC ") and busiest == pytest.approx(pred.nic_bytes_max / 1e9, rel=1e-2)
+        assert nic_seconds == pytest.approx(pred.nic_seconds_max, rel=1e-2)
+        assert mean == pytest.approx(pred.nic_bytes_mean / 1e9, rel=1e-2)
+        rest = rest[1:]
+    assert rest == [f"  note: {note}" for note in pred.notes]
+    assert (ranks == 1) == (not pred.bytes_by_path)
+
+
+def test_describe_a_refused_prediction_gives_its_reasons_and_no_figures():
+    import dataclasses as dc
+    import math
+
+    machine, prob = builtin("h200x2"), model.Problem(4096, 4096, 4096)
+    refused = dc.replace(model.predict(prob, 2, machine), seconds=math.inf, notes=("one reason", "another"))
+    lines = model.describe(prob, refused, machine).split("\n")
+    assert len(lines) == 3 and lines[2] == "  refused: one reason; another"
