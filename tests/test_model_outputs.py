@@ -8,8 +8,12 @@ never an input, and says which rule refused a path in one line, before anything 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 
+import h5py
+import numpy as np
 import pytest
 from mpi4py import MPI
 
@@ -26,9 +30,6 @@ COLUMNS = ["case", "algo", "ranks", "rpn", "paths", "measured s", "predicted s",
 
 def _h200_file(path, *args, **kw) -> str:
     """:func:`test_model._results_file` made on H200s, as the description h200x2 describes them."""
-    import h5py
-    import numpy as np
-
     made = _results_file(path, *args, **kw)
     with h5py.File(made, "r+") as f:
         ranks = f["topology/local_size"].size
@@ -152,8 +153,6 @@ def test_save_replaces_a_description_that_is_no_input(folder):
 
 # -- model predict's text: each figure as the prediction holds it ------------------------------------------
 def _figures(line: str) -> list[float]:
-    import re
-
     return [float(x) for x in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", line)]
 
 
@@ -163,8 +162,6 @@ def _figures(line: str) -> list[float]:
 def test_describe_prints_the_predictions_figures(ranks, kw):
     """Seconds, TFLOP/s per job and per rank, the shares of GEMM and exposed communication, the 2.5D
     reduction, the bytes per path and per NIC: each line's figures are the prediction's, at their digits."""
-    import math
-
     machine, prob = builtin("h200x8-ndr"), model.Problem(20000, 16000, 12000)
     pred = model.predict(prob, ranks, machine, **kw)
     lines = model.describe(prob, pred, machine).split("\n")
@@ -178,7 +175,8 @@ def test_describe_prints_the_predictions_figures(ranks, kw):
     s = pred.seconds
     want = [pred.gemm_seconds, 100 * pred.gemm_seconds / s, pred.exposed_seconds, 100 * pred.exposed_seconds / s]
     want += [pred.extra_seconds] if pred.extra_seconds else []
-    assert len(shares) == len(want) and all(math.isclose(g, w, rel_tol=1e-3, abs_tol=0.06) for g, w in zip(shares, want))
+    assert len(shares) == len(want)
+    assert all(math.isclose(g, w, rel_tol=1e-3, abs_tol=0.06) for g, w in zip(shares, want))
     assert ("reduction" in lines[3]) == (pred.extra_seconds > 0)
     assert lines[3].endswith(" s" if pred.extra_seconds else " %)")
     rest = lines[4:]
@@ -197,10 +195,7 @@ def test_describe_prints_the_predictions_figures(ranks, kw):
 
 
 def test_describe_a_refused_prediction_gives_its_reasons_and_no_figures():
-    import dataclasses as dc
-    import math
-
     machine, prob = builtin("h200x2"), model.Problem(4096, 4096, 4096)
-    refused = dc.replace(model.predict(prob, 2, machine), seconds=math.inf, notes=("one reason", "another"))
+    refused = dataclasses.replace(model.predict(prob, 2, machine), seconds=math.inf, notes=("one reason", "another"))
     lines = model.describe(prob, refused, machine).split("\n")
     assert len(lines) == 3 and lines[2] == "  refused: one reason; another"

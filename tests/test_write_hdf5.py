@@ -1,7 +1,7 @@
 """``hpcmm.write_hdf5`` at one rank: what it replaces, what it refuses, and how a failed write is named.
 
 The MPI suite writes several ranks' blocks in turn (tests/mpi/test_matmul_mpi.py); these pin the rules
-a caller meets first: a file exists only with ``overwrite=True``, never a directory or a link to one,
+a caller meets first: an existing file is replaced only with ``overwrite=True``, never a directory,
 and a write that fails is an :class:`~hpcmm.errors.OutputError` naming the file (and the rank whose
 block could not be written), raised on every rank.
 """
