@@ -1,7 +1,7 @@
-"""``--balance dynamic``: the ranks of one node hand out a product's C tiles while it runs.
+"""``--balance dynamic``: the ranks of each node hand out the node's C tiles while a product runs.
 
 Every rank holds its SUMMA blocks of A, B and C (the ``share`` layout) in memory that every
-other rank of the node reads and writes directly: one CUDA IPC (GPU) or MPI shared-memory (CPU)
+other rank of its node reads and writes directly: one CUDA IPC (GPU) or MPI shared-memory (CPU)
 buffer per rank, mapped once.  A product is cut finer than one block per rank: each rank's C
 block into :func:`tile_rows` row tiles.  Each rank keeps a counter of its tiles in an MPI shared-memory window;
 a tile is claimed with one atomic ``Fetch_and_op``, so it is computed exactly once.  A rank first
@@ -13,8 +13,13 @@ time slices (no MPS) leave every tile to the first of them (:func:`~hpcmm.planni
 one context then keeps the GPU busy, each block one tile.  While another program takes time slices
 of that GPU, the others join it (:class:`JoinRule`).
 
-No panel moves: the GEMMs read the owners' memory (on one GPU, the same device memory; between
-GPUs of a node, over NVLink through peer access).  A lone worker, where the operands fit twice,
+On one node no panel moves: the GEMMs read the owners' memory (on one GPU, the same device memory;
+between GPUs of a node, over NVLink through peer access).  Over several (virtual) nodes the work
+between nodes stays as the ``share`` blocks cut it, and each node balances its own tiles: at the
+start of each product every rank copies in, through MPI (:func:`~hpcmm.execution.transport.channel.select_paths`),
+the A blocks of its grid row and the B blocks of its grid column that lie on other nodes, into its
+shared buffer, where its node's ranks read them for its tiles (the bytes SUMMA would move between
+nodes, moved before the tiles instead of under them).  A lone worker, where the operands fit twice,
 first gathers the operands whose k the grid cuts (:func:`~hpcmm.planning.choices.lone_worker_gather`)
 into one buffer each, on the communication stream while its first tile runs from the owners'
 blocks; every later tile is then one GEMM over the whole of k.  The product ends when every rank has
@@ -169,12 +174,19 @@ class DynamicEngine:
         #: Every rank's tiles (:func:`~hpcmm.planning.choices.tile_rows`), and the plan each tile runs (its owner's
         #: SUMMA steps, in k order).
         self.tiles = choices.tiles
+        #: The ranks of this rank's (virtual) node, in the node's order: they share tiles and memory.
+        self.node_comm = topo.vnode_comm
+        self.node_ranks = tuple(self.node_comm.allgather(topo.rank))
+        self._node_index = {rank: i for i, rank in enumerate(self.node_ranks)}
         #: The ranks that compute tiles (:func:`~hpcmm.planning.choices.tile_workers`), and how many tiles a
         #: worker's device may hold when it claims the next.
         self.workers = choices.workers or tuple(range(size))
         #: Each rank's worker: a rank that is not one joins its worker's slow products (:class:`JoinRule`).
         self.worker_of = choices.worker_of or tuple(range(size))
-        self.queued = QUEUED_TILES if len(self.workers) > 1 else max(1, sum(len(t) for t in self.tiles))
+        #: This node's workers: one alone queues every tile of the node (nobody could take them).
+        self.node_workers = tuple(w for w in self.workers if w in self._node_index)
+        self.queued = (QUEUED_TILES if len(self.node_workers) > 1
+                       else max(1, sum(len(self.tiles[r]) for r in self.node_ranks)))
         self.join_rule = JoinRule()
         self.joined = False
         self._steps = [self._owner_steps(rank) for rank in range(size)]
@@ -186,18 +198,28 @@ class DynamicEngine:
         #: Records per product: any rank may compute every tile.
         self.steps = choices.steps
         self.closed = False
-        self.peers = self.counters = None
+        self.peers = self.counters = self.broadcast = None
+        self._copy_comms: list = []
         self.bytes_by_pair: collections.Counter = collections.Counter()
-        peer_cls, _ = select_paths(backend, cuda_aware)
+        #: Per rank of the node: where each of its copies of another node's block lies in its buffer,
+        #: ``{("A" or "B", source rank): (offset, size)}`` in elements after its A, B and C.
+        self._copies = {rank: self._copy_places(rank) for rank in self.node_ranks}
+        peer_cls, broadcast_cls = select_paths(backend, cuda_aware)
         with collective_setup(topo.comm, self.close):
-            self.peers = peer_cls(topo.comm, backend)
-            self._raw = self.peers.allocate(sum(self._sizes[topo.rank]) * itemsize)
+            self.peers = peer_cls(self.node_comm, backend)
+            self._raw = self.peers.allocate(self._extent(topo.rank) * itemsize)
         with collective_setup(topo.comm, self.close):
-            # In the node's shared memory (dynamic runs on one node); a claim may still need its
-            # owner to enter MPI, which a busy owner does after every GEMM (_progress).
-            self.counters = MPI.Win.Allocate_shared(8, 8, comm=topo.comm)
-        self._views = [self._blocks(rank) for rank in range(size)]
+            # In the node's shared memory (tiles are handed out within a node); a claim may still need
+            # its owner to enter MPI, which a busy owner does after every GEMM (_progress).
+            self.counters = MPI.Win.Allocate_shared(8, 8, comm=self.node_comm)
+        with collective_setup(topo.comm, self.close):
+            self._copy_comms = self._copy_communicators()
+            self.broadcast = broadcast_cls(backend) if self._copy_comms else None
+        self._views = {rank: self._blocks(rank) for rank in self.node_ranks}
         self.A, self.B, self.C = self._views[topo.rank]
+        #: Per rank of the node: the A blocks of its grid row and the B blocks of its grid column, by grid
+        #: column and row, as its tiles read them (the owner's own block on this node, else the rank's copy).
+        self._sources = {rank: self._tile_sources(rank) for rank in self.node_ranks}
         #: The whole operands a lone worker gathers (per grid row for A, per grid column for B), and the
         #: copies that fill them: (destination, source, source rank) of flat views.
         self.gather = choices.gather if topo.rank in self.workers else ""
@@ -218,11 +240,78 @@ class DynamicEngine:
         """The SUMMA steps of ``rank``'s block in k order, at the plan's panel width (no ramp: nothing moves)."""
         return rank_plan(self.layout, rank, self.panel, 0, own_order=False)
 
+    def _copy_places(self, rank: int) -> dict:
+        """Where ``rank`` keeps its copies of other nodes' blocks (:attr:`_copies`): the A blocks of its grid
+        row, then the B blocks of its grid column, each stored as its owner stores it."""
+        grid, places = self.layout.grid, {}
+        row, col = grid.coords(rank)
+        offset = sum(self._sizes[rank])
+        sources = [("A", grid.rank(row, c)) for c in range(grid.cols)] + \
+                  [("B", grid.rank(r, col)) for r in range(grid.rows)]
+        for operand, source in sources:
+            if source not in self._node_index:
+                size = self._sizes[source][0 if operand == "A" else 1]
+                places[(operand, source)] = (offset, size)
+                offset += size
+        return places
+
+    def _extent(self, rank: int) -> int:
+        """Elements of ``rank``'s buffer: its A, B and C, then its copies."""
+        return sum(self._sizes[rank]) + sum(size for _, size in self._copies[rank].values())
+
     def _flat(self, rank: int):
-        """``rank``'s buffer (A, B, C one after the other) as a flat array of the product's type."""
-        nbytes = sum(self._sizes[rank]) * self.dtype.itemsize
-        raw = self._raw if rank == self.topo.rank else self.peers.view(rank, nbytes)
+        """``rank``'s buffer (A, B, C one after the other, then its copies) as a flat array of the product's type."""
+        nbytes = self._extent(rank) * self.dtype.itemsize
+        raw = self._raw if rank == self.topo.rank else self.peers.view(self._node_index[rank], nbytes)
         return raw.view(self.dtype)
+
+    def _copy_communicators(self) -> list:
+        """Collective over the grid's rows and columns: per block this rank sends or copies in, ``(operand,
+        source, communicator)``, the communicator holding the block's owner (its rank 0) and the ranks of its
+        grid row (A) or column (B) on other nodes; empty on one node.
+
+        Every rank of a row (column) splits once per grid column (row), in the same order.
+        """
+        topo, grid = self.topo, self.layout.grid
+        if topo.vnode_count == 1:
+            return []
+        vnodes = topo.comm.allgather(topo.vnode)
+        me, (row, col) = topo.rank, grid.coords(topo.rank)
+        comms = []
+        for operand, line, count, position in (("A", topo.row_comm, grid.cols, col), ("B", topo.col_comm, grid.rows, row)):
+            for root in range(count):
+                source = grid.rank(row, root) if operand == "A" else grid.rank(root, col)
+                member = me == source or vnodes[me] != vnodes[source]
+                comm = line.Split(0 if member else MPI.UNDEFINED, (position - root) % count)
+                if comm == MPI.COMM_NULL:
+                    continue
+                if comm.Get_size() == 1:
+                    comm.Free()
+                    continue
+                comms.append((operand, source, comm))
+        return comms
+
+    def _tile_sources(self, rank: int) -> tuple[list, list]:
+        """``rank``'s tiles' operands (:attr:`_sources`): A blocks by grid column, B blocks by grid row, each
+        ``(array, rank whose memory holds it)``."""
+        grid, flat = self.layout.grid, None
+        row, col = grid.coords(rank)
+
+        def block(operand: str, source: int):
+            nonlocal flat
+            if source in self._node_index:
+                return self._views[source][0 if operand == "A" else 1], source
+            flat = self._flat(rank) if flat is None else flat
+            offset, size = self._copies[rank][(operand, source)]
+            shapes = self.layout.local_shapes(source)
+            if operand == "A":
+                (m_loc, k_a), ld = shapes["A"], self._ld_a[source]
+                return flat[offset:offset + size].reshape((ld, k_a), order="F")[:m_loc], rank
+            (k_b, n_loc), ld = shapes["B"], self._ld_bc[source]
+            return flat[offset:offset + size].reshape((k_b, ld))[:, :n_loc], rank
+
+        return ([block("A", grid.rank(row, c)) for c in range(grid.cols)],
+                [block("B", grid.rank(r, col)) for r in range(grid.rows)])
 
     def _gather_buffers(self):
         """The whole operands of :attr:`gather` (empty lists where none), and the copies that fill them.
@@ -291,10 +380,33 @@ class DynamicEngine:
 
     def _claim(self, owner: int, one: np.ndarray, got: np.ndarray) -> int:
         """The next unclaimed tile of ``owner`` (one past its last once all are taken)."""
-        self.counters.Lock(owner, MPI.LOCK_SHARED)
-        self.counters.Fetch_and_op(one, got, owner, 0, MPI.SUM)
-        self.counters.Unlock(owner)
+        target = self._node_index[owner]
+        self.counters.Lock(target, MPI.LOCK_SHARED)
+        self.counters.Fetch_and_op(one, got, target, 0, MPI.SUM)
+        self.counters.Unlock(target)
         return int(got[0])
+
+    def _copy_in(self) -> None:
+        """Several nodes: send this rank's A and B blocks to the ranks of its grid row and column on other
+        nodes, and copy in theirs (:attr:`_copies`); returns once the node's ranks may read every copy.
+
+        The blocks are not written during a product (the last one ended with the device synchronized),
+        so MPI may read them at once.  Every rank walks its communicators in the same order: A's along its
+        row by grid column, then B's down its column by grid row.
+        """
+        if not self._copy_comms:
+            return
+        me, flat = self.topo.rank, self._flat(self.topo.rank)
+        a_size, b_size, _ = self._sizes[me]
+        for operand, source, comm in self._copy_comms:
+            if source == me:
+                self.broadcast.send(comm, flat[:a_size] if operand == "A" else flat[a_size:a_size + b_size])
+                continue
+            offset, size = self._copies[me][(operand, source)]
+            self.broadcast.receive(comm, flat[offset:offset + size])
+            self.bytes_by_pair[(source, me, self.broadcast.path)] += size * self.dtype.itemsize
+        self.backend.synchronize()  # a staged copy lands on the communication stream
+        self.node_comm.Barrier()  # every copy of the node is in place before any tile reads it
 
     def _gather(self, product_start) -> object:
         """Queue the copies that fill the whole operands on the communication stream, after
@@ -323,13 +435,12 @@ class DynamicEngine:
     def _tile(self, owner: int, row0: int, row1: int, stream) -> None:
         """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, one GEMM per merged step; counts the bytes read
         from other ranks' blocks (:attr:`bytes_by_pair`)."""
-        grid = self.layout.grid
-        row, col = grid.coords(owner)
+        a_blocks, b_blocks = self._sources[owner]
         c = self._views[owner][2][row0:row1]
         for s, span in enumerate(self._spans[owner]):
-            a_owner, b_owner = grid.rank(row, span.a_root), grid.rank(span.b_root, col)
-            a = self._views[a_owner][0][row0:row1, span.a_offset:span.a_offset + span.width]
-            b = self._views[b_owner][1][span.b_offset:span.b_offset + span.width]
+            (a_block, a_owner), (b_block, b_owner) = a_blocks[span.a_root], b_blocks[span.b_root]
+            a = a_block[row0:row1, span.a_offset:span.a_offset + span.width]
+            b = b_block[span.b_offset:span.b_offset + span.width]
             self.backend.gemm(a, b, c, accumulate=s > 0, stream=stream, tf32=self.tf32)
             self._progress()
             for source, part in ((a_owner, a), (b_owner, b)):
@@ -343,22 +454,24 @@ class DynamicEngine:
         stream = backend.compute_stream
         self.bytes_by_pair.clear()
         zero = np.zeros(1, dtype=np.int64)
-        self.counters.Lock(me, MPI.LOCK_EXCLUSIVE)
-        self.counters.Put(zero, me, 0)
-        self.counters.Unlock(me)
+        mine = self._node_index[me]
+        self.counters.Lock(mine, MPI.LOCK_EXCLUSIVE)
+        self.counters.Put(zero, mine, 0)
+        self.counters.Unlock(mine)
         # Every counter is 0, the last product's tiles are written, and every rank knows which workers' GPUs
         # ran slow (the one exchange a product needs anyway, in place of a barrier).
         slow = comm.allgather(self.joined if me in self.workers else False)
         self.joined = slow[self.worker_of[me]]
         start = perf_counter()
         product_start = backend.event(stream)
+        self._copy_in()
         one, got = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         done = []  # (owner, tile, start event, end event)
-        size = comm.Get_size()
+        size = len(self.node_ranks)
         # A joined product: the worker keeps no more tiles queued than the ranks that join it.
         queued = QUEUED_TILES if self.joined else self.queued
         computes = me in self.workers or self.joined
-        owners = [(me + shift) % size for shift in range(size)] if computes else []
+        owners = [self.node_ranks[(mine + shift) % size] for shift in range(size)] if computes else []
         gathered = self._gather(product_start) if self.gather else None
         for owner in owners:
             tiles = self.tiles[owner]
@@ -383,7 +496,7 @@ class DynamicEngine:
         product_end = backend.event(stream)
         backend.synchronize()
         comm.Barrier()  # every tile of every block is written
-        if me in self.workers and len(self.workers) < size:
+        if me in self.workers and len(self.node_workers) < size:
             self.joined = self.join_rule.record(perf_counter() - start)
         return self._times(product_start, product_end, done, start)
 
@@ -412,8 +525,15 @@ class DynamicEngine:
         self.closed = True
         self.backend.synchronize()
         self.backend.forget_gemm_plans()
-        self._views, self._whole_a, self._whole_b, self._gather_copies = [], [], [], []
+        self._views, self._sources = {}, {}
+        self._whole_a, self._whole_b, self._gather_copies = [], [], []
         self.A = self.B = self.C = None
+        for _, _, comm in self._copy_comms:
+            comm.Free()
+        self._copy_comms = []
+        if self.broadcast is not None:
+            self.broadcast.close()
+            self.broadcast = None
         if self.counters is not None:
             self.counters.Free()
             self.counters = None

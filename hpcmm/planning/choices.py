@@ -44,7 +44,8 @@ from ..verify import VERIFY_CHUNK_BYTES, VERIFY_COPIES
 
 __all__ = [
     "EngineChoices", "channel_slots", "check_memory", "device_need", "gather_bytes", "gpus_shared",
-    "largest_fitting", "layered_choices", "lone_worker_gather", "memory_needed", "memory_parts", "scaled",
+    "largest_fitting", "layered_choices", "lone_worker_gather", "memory_needed", "memory_parts", "node_workers",
+    "remote_block_bytes", "scaled",
     "summa_choices", "tile_rows",
     "widest_fitting", "working_bytes"
 ]
@@ -156,6 +157,46 @@ def gather_bytes(layout: Layout, itemsize: int, gather: str) -> int:
     if "B" in gather:
         total += sum(padded(layout.local_shapes(grid.rank(0, c))["C"][1], itemsize) for c in range(grid.cols)) * layout.k
     return total * itemsize
+
+
+def remote_block_bytes(layout: Layout, rank: int, vnodes, itemsize: int) -> int:
+    """Bytes of the blocks of other nodes that ``rank`` copies in for ``--balance dynamic`` over several
+    nodes: the A blocks of its grid row and the B blocks of its grid column whose owners' (virtual) node,
+    ``vnodes[owner]``, is not its own, each stored as its owner stores it (padded leading dimension).
+
+    A tile of ``rank``'s C block reads every A block of its grid row and every B block of its grid column;
+    the node's ranks read those of their node where they lie, and those of other nodes from ``rank``'s
+    copies (:mod:`hpcmm.execution.dynamic`).
+
+    >>> lay = Layout(100, 60, 40, Grid(2, 2))  # node 0: grid row 0; rank 0 copies the B block of rank 2 (20 × 30)
+    >>> remote_block_bytes(lay, 0, (0, 0, 1, 1), 8), remote_block_bytes(lay, 0, (0, 0, 0, 0), 8)
+    (4800, 0)
+    """
+    grid, mine = layout.grid, vnodes[rank]
+    row, col = grid.coords(rank)
+    total = 0
+    for c in range(grid.cols):
+        owner = grid.rank(row, c)
+        if vnodes[owner] != mine:
+            m_loc, k_a = layout.local_shapes(owner)["A"]
+            total += padded(m_loc, itemsize) * k_a
+    for r in range(grid.rows):
+        owner = grid.rank(r, col)
+        if vnodes[owner] != mine:
+            k_b, n_loc = layout.local_shapes(owner)["B"]
+            total += k_b * padded(n_loc, itemsize)
+    return total * itemsize
+
+
+def node_workers(worker_of, vnodes) -> tuple[int, ...]:
+    """``worker_of`` (:func:`tile_worker_of`) kept within each (virtual) node: a rank whose worker is on
+    another node takes the first rank of its node that shares that worker (tiles are handed out within a node).
+
+    >>> node_workers((0, 0, 0, 0), (0, 0, 1, 1)), node_workers((0, 1, 0, 1), (0, 0, 0, 0))
+    ((0, 0, 2, 2), (0, 1, 0, 1))
+    """
+    first: dict = {}
+    return tuple(first.setdefault((vnodes[rank], worker), rank) for rank, worker in enumerate(worker_of))
 
 
 def tile_workers(devices, mps_active, on_gpu: bool) -> tuple[int, ...]:
@@ -475,14 +516,18 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig, worker_of: t
     slots = ring_depth(prefetch, spans_nodes=topo.vnode_count > 1)
     operand_slots = channel_slots(prefetch, topo.row_comm.allgather(topo.vnode), topo.col_comm.allgather(topo.vnode))
     relayout = scratch_slots(order, prefetch + 1)
-    if config.balance == "dynamic":  # hpcmm.execution.dynamic: GEMMs read the owners' blocks, as stored; nothing moves
-        if topo.vnode_count > 1:  # the same verdict on every rank
-            raise InputError("--balance dynamic: the ranks span several nodes; it balances the ranks of one "
-                             "node (use share, measured or product)")
+    vnodes = ()
+    if config.balance == "dynamic":  # hpcmm.execution.dynamic: GEMMs read the owners' blocks, as stored
         prefetch, order, slots, operand_slots, relayout = 0, "FC", 1, (0, 0), (0, 0)
+        if topo.vnode_count > 1:  # the blocks of other nodes are copied in once a product
+            vnodes = tuple(topo.comm.allgather(topo.vnode))
+
+    def remote(lay: Layout, rank: int) -> int:
+        return remote_block_bytes(lay, rank, vnodes, itemsize) if vnodes else 0
 
     def needed(width: int) -> int:
-        return memory_needed(layout, topo.rank, itemsize, width, operand_slots, relayout, backend.on_gpu)
+        return (memory_needed(layout, topo.rank, itemsize, width, operand_slots, relayout, backend.on_gpu)
+                + remote(layout, topo.rank))
 
     panel = config.panel
     if panel is None:  # the default width, or a narrower one where its panel ring would not fit
@@ -495,7 +540,8 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig, worker_of: t
 
     def need_at(rank: int, m: int, n: int, k: int) -> int:  # at another size, with the same grid and weights
         other = dataclasses.replace(layout, m=m, n=n, k=k)
-        return memory_needed(other, rank, itemsize, min(panel, k), slots_of[rank], relayout, backend.on_gpu)
+        return (memory_needed(other, rank, itemsize, min(panel, k), slots_of[rank], relayout, backend.on_gpu)
+                + remote(other, rank))
 
     device_bytes, free = check_memory(
         topo, backend, needed(panel), f"problem m={layout.m}, n={layout.n}, k={layout.k} {numpy_dtype(config.dtype).name}",
@@ -507,6 +553,8 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig, worker_of: t
     gather, own_bytes = "", needed(panel)
     if config.balance == "dynamic":  # any rank may compute every tile: that many records per product
         worker_of = tuple(range(topo.size)) if worker_of is None else tuple(worker_of)
+        if vnodes:  # tiles are handed out within a node: each node's ranks have a worker of their own
+            worker_of = node_workers(worker_of, vnodes)
         workers = tuple(sorted(set(worker_of)))
         c_shapes = [layout.local_shapes(rank)["C"] for rank in range(topo.size)]
         count = tiles_per_block(topo.size, len(workers), backend.on_gpu)
@@ -514,7 +562,8 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig, worker_of: t
         most_steps = max(1, sum(len(t) for t in tiles))
         # A lone worker shares its device with every rank (tile_workers): it gathers where the whole
         # operands fit beside the blocks, and multiplies tile by tile from the owners' blocks where not.
-        extra = gather_bytes(layout, itemsize, lone_worker_gather(layout, workers))
+        # Over several nodes the blocks of other nodes are only in their copies: no whole operands.
+        extra = 0 if vnodes else gather_bytes(layout, itemsize, lone_worker_gather(layout, workers))
         if extra and LONE_WORKER_GATHER and topo.comm.allreduce(int(device_bytes + extra <= free), op=MPI.MIN):
             gather, device_bytes = lone_worker_gather(layout, workers), device_bytes + extra
             own_bytes += extra * (topo.rank in workers)

@@ -107,16 +107,87 @@ def test_the_tiles_of_a_slow_rank_are_taken_by_the_others(mpi_tmp_path, monkeypa
     on_rank0(check)
 
 
-def test_dynamic_refuses_several_nodes_and_2_5d(mpi_tmp_path):
-    if P >= 2:
-        message = raised_everywhere(lambda: hpcmm.run(config(mpi_tmp_path, m=20, n=20, k=20, balance="dynamic",
-                                                             ranks_per_node=1), comm=COMM, write=False))
-        assert message == ("--balance dynamic: the ranks span several nodes; it balances the ranks of one node "
-                           "(use share, measured or product)"), message
+def test_dynamic_refuses_2_5d(mpi_tmp_path):
     if P % 2 == 0:
         message = raised_everywhere(lambda: hpcmm.run(config(mpi_tmp_path, m=20, n=20, k=20, balance="dynamic",
                                                              algo="2.5d:2"), comm=COMM, write=False))
         assert message == "--balance dynamic runs summa, not 2.5d:2: pass --algo summa", message
+
+
+# -- several (virtual) nodes: each node hands out its own tiles -------------------------------
+
+
+def _nodes(path) -> list[int]:
+    with h5py.File(path, "r") as f:
+        return [int(node) for node in f["topology"]["node"]]
+
+
+@pytest.mark.parametrize("ranks_per_node", [1, 2])
+@pytest.mark.parametrize("kind", ["uneven", "tall", "wide", "shallow"])
+def test_dynamic_products_over_several_nodes_are_right(mpi_tmp_path, ranks_per_node, kind):
+    """Each rank copies in the blocks of its grid row and column that lie on other nodes before every
+    product (two products: the copies are made again), and C is right."""
+    m, n, k = shape(kind)
+    run_and_compare(mpi_tmp_path, m=m, n=n, k=k, balance="dynamic", ranks_per_node=ranks_per_node, iters=2)
+
+
+@pytest.mark.parametrize("grid", ["Px1", "1xP"])
+def test_dynamic_over_several_nodes_on_either_grid_face(mpi_tmp_path, grid):
+    """One process column (B blocks all on other nodes but one's own) and one process row (A blocks)."""
+    m, n, k = 41 * P + 3, 29, 37
+    run_and_compare(mpi_tmp_path, m=m, n=n, k=k, balance="dynamic", ranks_per_node=2, dtype="complex128",
+                    grid={"Px1": (P, 1), "1xP": (1, P)}[grid])
+
+
+@pytest.mark.timeout(300)  # a hang guard
+@pytest.mark.parametrize("ranks_per_node", [1, 2])
+def test_a_slow_ranks_tiles_are_taken_only_within_its_node(mpi_tmp_path, monkeypatch, ranks_per_node):
+    """Rank 0's GEMMs take half a second each: its node's other rank (if any) takes its tiles, no rank of
+    another node does; every tile is computed once per product, C in full checked, and the bytes of the
+    other nodes' blocks are counted on an MPI path (the node's own on its shared memory)."""
+    if P < 2:
+        pytest.skip("needs 2 ranks")
+    if RANK == 0:
+        real = CpuBackend.gemm
+
+        def slow(self, *args, **kwargs):
+            time.sleep(0.5)
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(CpuBackend, "gemm", slow)
+    cfg = config(mpi_tmp_path, m=64 * P, n=24, k=48, balance="dynamic", iters=2, warmup=0, panel=16,
+                 verify="full", save_c=False, ranks_per_node=ranks_per_node, device="cpu")
+    result = hpcmm.run(cfg, comm=COMM)
+    everywhere(result.check.passed, f"residual {result.check.residual}")
+
+    def check():
+        rows, _ = _tiles(cfg.out)
+        nodes = _nodes(cfg.out)
+        assert len(set(nodes)) == -(-P // ranks_per_node)
+        for product in (0, 1):
+            mine = rows[rows["product"] == product]
+            claims = [(int(r["owner"]), int(r["tile"])) for r in mine]
+            assert len(claims) == len(set(claims)), f"product {product}: a tile computed twice"
+            assert {owner for owner, _ in claims} == set(range(P))  # every block, within its node
+            assert all(nodes[int(r["rank"])] == nodes[int(r["owner"])] for r in mine), \
+                [(int(r["rank"]), int(r["owner"])) for r in mine]
+        taken_from_0 = sum(1 for r in rows if int(r["owner"]) == 0 and int(r["rank"]) != 0)
+        assert (taken_from_0 >= 1) == (ranks_per_node == 2), taken_from_0  # rank 1 shares its node or not
+        with h5py.File(cfg.out, "r") as f:
+            table = f["transfers"][()]
+            plan = json.loads(f["config"].attrs["plan"])
+        grid_rows, grid_cols = (int(x) for x in plan["grid"].split("x"))
+        for t in table:
+            src, dst = int(t["src"]), int(t["dst"])
+            assert t["path"].decode() == ("mpi" if nodes[src] != nodes[dst] else "shm"), (src, dst, t["path"])
+            assert t["bytes"] > 0
+        crossing = {(int(t["src"]), int(t["dst"])) for t in table if nodes[int(t["src"])] != nodes[int(t["dst"])]}
+        # Every rank receives each block of its grid row (A) and column (B) that lies on another node.
+        want = {(src, dst) for dst in range(P) for src in range(P) if nodes[src] != nodes[dst]
+                and (src // grid_cols == dst // grid_cols or src % grid_cols == dst % grid_cols)}
+        assert crossing == want, (crossing, want)
+
+    on_rank0(check)
 
 
 def test_the_library_plans_and_executes_dynamic_products():
