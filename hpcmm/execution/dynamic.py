@@ -40,12 +40,14 @@ from mpi4py import MPI
 
 from ..planning.algorithms import Step, rank_plan
 from ..planning.choices import EngineChoices
+from ..planning.handoff import Handoff, TileCost, handoffs
 from ..config import RunConfig
 from ..dtypes import numpy_dtype
 from .engine import IterationTimes, copy_in
 from ..errors import collective_setup, raised_everywhere
 from ..geometry.layout import Layout, padded
 from .transport.channel import select_paths
+from .transport.mpi import PointToPoint
 
 __all__ = ["DynamicEngine", "DynamicTimes", "block_k_offsets"]
 
@@ -63,6 +65,10 @@ QUEUED_TILES = 1
 JOIN_SLOWDOWN = 1.3
 #: While they compute, every this many products the worker runs one alone again: the GPU may be free.
 RETRY_ALONE = 8
+#: Over several nodes, whether tiles change node between products where the estimate says it pays
+#: (:mod:`hpcmm.planning.handoff`); 0 keeps each node to its own tiles (tests/gpu/with_setting.py sets it
+#: for a comparison).
+NODE_HANDOFFS = 1
 
 
 class JoinRule:
@@ -220,6 +226,16 @@ class DynamicEngine:
         #: Per rank of the node: the A blocks of its grid row and the B blocks of its grid column, by grid
         #: column and row, as its tiles read them (the owner's own block on this node, else the rank's copy).
         self._sources = {rank: self._tile_sources(rank) for rank in self.node_ranks}
+        #: Several nodes: every rank's tiles' costs for the estimate, what its device holds beyond its blocks,
+        #: the path tiles take between nodes, and what this rank's last product did (:meth:`_handoffs`).
+        self.handing = topo.vnode_count > 1 and bool(NODE_HANDOFFS)
+        self._costs, self._spare, self._last_work = self._tile_costs(), (), None
+        self.moved = None
+        if self.handing:
+            devices = self.node_comm.allgather(backend.device_id if backend.on_gpu else -1)
+            sharers = devices.count(devices[self.node_comm.Get_rank()])
+            self._spare = tuple(topo.comm.allgather(max(0, choices.free_bytes - choices.device_bytes) // sharers))
+            self.moved = PointToPoint(backend, staged=backend.on_gpu and not cuda_aware)
         #: The whole operands a lone worker gathers (per grid row for A, per grid column for B), and the
         #: copies that fill them: (destination, source, source rank) of flat views.
         self.gather = choices.gather if topo.rank in self.workers else ""
@@ -265,6 +281,16 @@ class DynamicEngine:
         raw = self._raw if rank == self.topo.rank else self.peers.view(self._node_index[rank], nbytes)
         return raw.view(self.dtype)
 
+    def _tile_costs(self) -> list[list[TileCost]]:
+        """Every rank's tiles as the estimate counts them: ``2·rows·n·k`` flops, A's rows over the whole of k and
+        C's rows as bytes that cross, and the taker's buffers for both."""
+        k, itemsize, costs = self.layout.k, self.dtype.itemsize, []
+        for rank, tiles in enumerate(self.tiles):
+            n_loc, ld = self.layout.local_shapes(rank)["C"][1], self._ld_bc[rank]
+            costs.append([TileCost(2.0 * (r1 - r0) * n_loc * k, (r1 - r0) * (k + n_loc) * itemsize,
+                                   (r1 - r0) * (k + ld) * itemsize) for r0, r1 in tiles])
+        return costs
+
     def _copy_communicators(self) -> list:
         """Collective over the grid's rows and columns: per block this rank sends or copies in, ``(operand,
         source, communicator)``, the communicator holding the block's owner (its rank 0) and the ranks of its
@@ -275,7 +301,7 @@ class DynamicEngine:
         topo, grid = self.topo, self.layout.grid
         if topo.vnode_count == 1:
             return []
-        vnodes = topo.comm.allgather(topo.vnode)
+        vnodes = self.vnodes = tuple(topo.comm.allgather(topo.vnode))
         me, (row, col) = topo.rank, grid.coords(topo.rank)
         comms = []
         for operand, line, count, position in (("A", topo.row_comm, grid.cols, col), ("B", topo.col_comm, grid.rows, row)):
@@ -395,7 +421,8 @@ class DynamicEngine:
         row by grid column, then B's down its column by grid row.
         """
         if not self._copy_comms:
-            return
+            return 0, 0.0
+        start, received = perf_counter(), 0
         me, flat = self.topo.rank, self._flat(self.topo.rank)
         a_size, b_size, _ = self._sizes[me]
         for operand, source, comm in self._copy_comms:
@@ -405,8 +432,89 @@ class DynamicEngine:
             offset, size = self._copies[me][(operand, source)]
             self.broadcast.receive(comm, flat[offset:offset + size])
             self.bytes_by_pair[(source, me, self.broadcast.path)] += size * self.dtype.itemsize
+            received += size * self.dtype.itemsize
         self.backend.synchronize()  # a staged copy lands on the communication stream
+        seconds = perf_counter() - start
         self.node_comm.Barrier()  # every copy of the node is in place before any tile reads it
+        return received, seconds
+
+    # -- tiles that change node ----------------------------------------------
+    def _handoffs(self, works) -> tuple[Handoff, ...]:
+        """The estimate's moves for this product (:func:`~hpcmm.planning.handoff.handoffs`), from every rank's
+        last product ``(compute seconds, flops, bytes copied in, seconds copying)``: each node's rate is its
+        ranks' flops over the longest of their compute spans, the link's the median rate of the copies."""
+        if not self.handing or any(work is None for work in works):
+            return ()
+        nodes = self.topo.vnode_count
+        flops, spans = [0.0] * nodes, [0.0] * nodes
+        for rank, (span, done, _, _) in enumerate(works):
+            flops[self.vnodes[rank]] += done
+            spans[self.vnodes[rank]] = max(spans[self.vnodes[rank]], span)
+        rates = [f / s if s > 0 else 0.0 for f, s in zip(flops, spans)]
+        links = [moved / seconds for _, _, moved, seconds in works if moved > 0 and seconds > 0]
+        link = float(np.median(links)) if links else 0.0
+        columns = [self.layout.grid.coords(rank)[1] for rank in range(self.topo.size)]
+        return handoffs(self.vnodes, columns, self._costs, rates, link, self._spare)
+
+    def _a_rows(self, owner: int, row0: int, row1: int):
+        """A buffer for ``owner``'s tile's A rows over the whole of k: flat, and as a column-major matrix."""
+        rows, k = row1 - row0, self.layout.k
+        flat = self.backend.empty((rows * k,), self.dtype)
+        return flat, flat.reshape((rows, k), order="F")
+
+    def _send_handed(self, moves) -> list:
+        """This rank's part of the moves before the tiles, in the moves' order (every rank walks them alike, so
+        no send waits on a receive that waits on it): an owner packs each moved tile's A rows (its grid row's
+        blocks, or its copies of them) and sends them; a taker receives them.  Returns the taker's
+        ``(move, A rows)``."""
+        me, comm, received = self.topo.rank, self.topo.comm, []
+        a_offsets, _ = block_k_offsets(self.layout)
+        for move in moves:
+            if me not in (move.owner, move.taker):
+                continue
+            row0, row1 = self.tiles[move.owner][move.tile]
+            flat, a_rows = self._a_rows(move.owner, row0, row1)
+            if me == move.owner:
+                for col, (block, _) in enumerate(self._sources[me][0]):
+                    offset = a_offsets[col]
+                    self.backend.relayout(a_rows[:, offset:offset + block.shape[1]], block[row0:row1],
+                                          self.backend.compute_stream)
+                self.backend.stream_synchronize(self.backend.compute_stream)
+                self.moved.send(comm, move.taker, move.tile, flat)
+            else:
+                self.moved.receive(comm, move.owner, move.tile, flat)
+                self.bytes_by_pair[(move.owner, me, self.moved.path)] += flat.nbytes
+                received.append((move, a_rows))
+        return received
+
+    def _handed_tile(self, move: Handoff, a_rows, stream):
+        """Queue a moved tile's GEMMs (its owner's spans, A from the rows received, B this rank's grid
+        column's blocks: the owner's own column) into a C buffer; returns the buffer, flat."""
+        row0, row1 = self.tiles[move.owner][move.tile]
+        n_loc, ld = self.layout.local_shapes(move.owner)["C"][1], self._ld_bc[move.owner]
+        flat = self.backend.empty(((row1 - row0) * ld,), self.dtype)
+        c = flat.reshape((row1 - row0, ld))[:, :n_loc]
+        b_blocks = self._sources[self.topo.rank][1]
+        for s, span in enumerate(self._spans[move.owner]):
+            b = b_blocks[span.b_root][0][span.b_offset:span.b_offset + span.width]
+            self.backend.gemm(a_rows[:, span.k0:span.k1], b, c, accumulate=s > 0, stream=stream, tf32=self.tf32)
+            self._progress()
+        return flat
+
+    def _return_handed(self, moves, results: dict) -> None:
+        """After the tiles, in the moves' order: a taker sends each moved tile's C rows back, its owner
+        receives them where its C block holds them."""
+        me, comm = self.topo.rank, self.topo.comm
+        a_size, b_size, _ = self._sizes[me]
+        ld = self._ld_bc[me]
+        for move in moves:
+            if me == move.taker:
+                self.moved.send(comm, move.owner, move.tile, results[move])
+            elif me == move.owner:
+                row0, row1 = self.tiles[me][move.tile]
+                rows = self._flat(me)[a_size + b_size + row0 * ld:a_size + b_size + row1 * ld]
+                self.moved.receive(comm, move.taker, move.tile, rows)
+                self.bytes_by_pair[(move.taker, me, self.moved.path)] += rows.nbytes
 
     def _gather(self, product_start) -> object:
         """Queue the copies that fill the whole operands on the communication stream, after
@@ -460,11 +568,15 @@ class DynamicEngine:
         self.counters.Unlock(mine)
         # Every counter is 0, the last product's tiles are written, and every rank knows which workers' GPUs
         # ran slow (the one exchange a product needs anyway, in place of a barrier).
-        slow = comm.allgather(self.joined if me in self.workers else False)
-        self.joined = slow[self.worker_of[me]]
+        # With several nodes each rank's last product rides along, for the estimate of the tiles that move.
+        reports = comm.allgather((self.joined if me in self.workers else False, self._last_work))
+        self.joined = reports[self.worker_of[me]][0]
         start = perf_counter()
         product_start = backend.event(stream)
-        self._copy_in()
+        copied = self._copy_in()
+        moves = self._handoffs([work for _, work in reports])
+        limit = {owner: len(self.tiles[owner]) - sum(move.owner == owner for move in moves) for owner in self.node_ranks}
+        handed = self._send_handed(moves)
         one, got = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         done = []  # (owner, tile, start event, end event)
         size = len(self.node_ranks)
@@ -482,7 +594,7 @@ class DynamicEngine:
                 while len(done) >= queued and not backend.event_done(done[-queued][3]):
                     self._progress()
                 index = self._claim(owner, one, got)
-                if index >= len(tiles):
+                if index >= limit[owner]:  # a moved tile is one of the last: another node computes it
                     break
                 if gathered is not None and done:  # the first tile ran while the copies did
                     backend.wait(stream, gathered)
@@ -493,11 +605,22 @@ class DynamicEngine:
                 else:
                     self._tile(owner, *tiles[index], stream)
                 done.append((owner, index, begin, backend.event(stream)))
+        results = {}
+        for move, a_rows in handed:
+            begin = backend.event(stream)
+            results[move] = self._handed_tile(move, a_rows, stream)
+            done.append((move.owner, move.tile, begin, backend.event(stream)))
+        backend.synchronize()
+        self._return_handed(moves, results)
         product_end = backend.event(stream)
         backend.synchronize()
         comm.Barrier()  # every tile of every block is written
         if me in self.workers and len(self.node_workers) < size:
             self.joined = self.join_rule.record(perf_counter() - start)
+        if self.handing:
+            span = backend.elapsed(done[0][2], done[-1][3]) if done else 0.0
+            flops = sum(self._costs[owner][index].flops for owner, index, _, _ in done)
+            self._last_work = (span, flops, *copied)
         return self._times(product_start, product_end, done, start)
 
     def _times(self, product_start, product_end, done, start: float) -> DynamicTimes:
@@ -534,6 +657,9 @@ class DynamicEngine:
         if self.broadcast is not None:
             self.broadcast.close()
             self.broadcast = None
+        if self.moved is not None:
+            self.moved.close()
+            self.moved = None
         if self.counters is not None:
             self.counters.Free()
             self.counters = None

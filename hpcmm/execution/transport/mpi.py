@@ -1,4 +1,4 @@
-"""Broadcasting a panel between nodes through MPI.
+"""Moving blocks between nodes through MPI: panels by broadcast, dynamic tiles point to point.
 
 ``mpi``: the backend's own buffers go straight to MPI: numpy arrays on the CPU,
 device arrays on the GPU where the library is CUDA-aware.  The caller has made
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-__all__ = ["DirectBroadcast", "StagedBroadcast", "MAX_MESSAGE"]
+__all__ = ["DirectBroadcast", "PointToPoint", "StagedBroadcast", "MAX_MESSAGE"]
 
 #: Largest single MPI message: MPIs without large-count calls take ``int`` counts.
 MAX_MESSAGE = 1 << 30
@@ -93,3 +93,45 @@ class StagedBroadcast:
         for i in range(2):
             self._reuse(i)
         self.host = []
+
+
+class PointToPoint:
+    """Blocking sends and receives of one flat array between two ranks: ``mpi`` (the backend's own
+    buffers to MPI: numpy, or device arrays where MPI is CUDA-aware) or ``staged`` (device → pinned
+    host → MPI, chunk by chunk through one pinned buffer; never a device pointer to MPI).
+
+    The caller has made sure that no stream still writes the source or reads the destination.
+    """
+
+    def __init__(self, backend, staged: bool, chunk: int = 32 << 20) -> None:
+        self.backend, self.staged = backend, staged
+        self.path = "staged" if staged else "mpi"
+        self.chunk = chunk if staged else MAX_MESSAGE
+        self.host = backend.pinned_empty(chunk) if staged else None
+
+    def _spans(self, array):
+        step = max(1, self.chunk // array.dtype.itemsize)
+        return [(lo, min(lo + step, array.shape[0])) for lo in range(0, array.shape[0], step)]
+
+    def send(self, comm: MPI.Comm, dest: int, tag: int, src) -> None:
+        for lo, hi in self._spans(src):
+            if not self.staged:
+                comm.Send(src[lo:hi], dest=dest, tag=tag)
+                continue
+            host = self.host.view(src.dtype)[: hi - lo]
+            self.backend.copy(host, src[lo:hi], self.backend.comm_stream)
+            self.backend.stream_synchronize(self.backend.comm_stream)
+            comm.Send(host, dest=dest, tag=tag)
+
+    def receive(self, comm: MPI.Comm, source: int, tag: int, dst) -> None:
+        for lo, hi in self._spans(dst):
+            if not self.staged:
+                comm.Recv(dst[lo:hi], source=source, tag=tag)
+                continue
+            host = self.host.view(dst.dtype)[: hi - lo]
+            comm.Recv(host, source=source, tag=tag)
+            self.backend.copy(dst[lo:hi], host, self.backend.comm_stream)
+            self.backend.stream_synchronize(self.backend.comm_stream)
+
+    def close(self) -> None:
+        self.host = None
