@@ -440,7 +440,8 @@ def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: 
                                                             engine.backend.on_gpu),
                            peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports),
                            **busiest_device([r.topology for r in reports], [r.memory for r in reports]),
-                           **(dynamic_figures([row for r in reports for row in r.tiles], _engine_workers(engine))
+                           **(dynamic_figures([row for r in reports for row in r.tiles], _engine_workers(engine),
+                                              getattr(engine, "vnodes", None))
                               if reports[0].tiles is not None else {}),
                            predicted_imbalance=_predicted_imbalance(engine), plan_seconds=setup.plan_seconds,
                            **setup.arrangement.summary(), balance_asked=config.balance_asked or config.balance,

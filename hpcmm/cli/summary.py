@@ -183,19 +183,24 @@ def busiest_device(topology: list[dict], memory: list[dict]) -> dict:
             "memory_peak_bytes": sum(r["peak_bytes"] for r in rows)}
 
 
-def dynamic_figures(tiles: list[dict], workers) -> dict:
+def dynamic_figures(tiles: list[dict], workers, node_of=None) -> dict:
     """``--balance dynamic``: the share of tiles a rank computed for another, and the most one rank computed.
 
     ``tiles``: the rows of ``/timings/tiles`` (``product``, ``rank``, ``owner`` ...); ``workers``:
-    the ranks that compute tiles.  Medians over the timed products: ``dynamic_taken_fraction``
-    (tiles computed by a rank other than their owner, over all tiles), ``dynamic_tiles_most`` and
-    ``dynamic_tiles_least`` (per worker), ``dynamic_workers`` (how many ranks compute tiles), and
-    ``dynamic_joined_products``: the products in which ranks that are not workers computed tiles too
-    (they time-slice a GPU with its worker, and joined it while it ran slow).
+    the ranks that compute tiles; ``node_of``: each rank's (virtual) node, where there are several.
+    Medians over the timed products: ``dynamic_taken_fraction`` (tiles computed by a rank other than
+    their owner, over all tiles), ``dynamic_tiles_most`` and ``dynamic_tiles_least`` (per worker),
+    ``dynamic_workers`` (how many ranks compute tiles), ``dynamic_joined_products``: the products in
+    which ranks that are not workers computed tiles too (they time-slice a GPU with its worker, and
+    joined it while it ran slow); with ``node_of``, ``dynamic_node_handoffs``: the median of the tiles
+    computed on another node than their owner's, and ``dynamic_handoff_products``: the products with any.
 
     >>> rows = [dict(product=0, rank=0, owner=0), dict(product=0, rank=0, owner=1), dict(product=0, rank=1, owner=1)]
     >>> dynamic_figures(rows, (0, 1))["dynamic_taken_fraction"]
     0.3333333333333333
+    >>> figures = dynamic_figures(rows, (0, 1), node_of=(0, 1))
+    >>> figures["dynamic_node_handoffs"], figures["dynamic_handoff_products"]
+    (1, 1)
     """
     products = sorted({row["product"] for row in tiles})
     if not products:
@@ -208,9 +213,14 @@ def dynamic_figures(tiles: list[dict], workers) -> dict:
         counts = collections.Counter(row["rank"] for row in mine)
         most.append(max(counts.values()))
         least.append(min(counts.get(rank, 0) for rank in workers))
-    return {"dynamic_taken_fraction": float(np.median(taken)), "dynamic_tiles_most": int(np.median(most)),
-            "dynamic_tiles_least": int(np.median(least)), "dynamic_workers": len(workers),
-            "dynamic_joined_products": joined}
+    figures = {"dynamic_taken_fraction": float(np.median(taken)), "dynamic_tiles_most": int(np.median(most)),
+               "dynamic_tiles_least": int(np.median(least)), "dynamic_workers": len(workers),
+               "dynamic_joined_products": joined}
+    if node_of is not None and len(set(node_of)) > 1:
+        moved = [sum(node_of[row["rank"]] != node_of[row["owner"]] for row in tiles if row["product"] == product)
+                 for product in products]
+        figures.update(dynamic_node_handoffs=int(np.median(moved)), dynamic_handoff_products=sum(m > 0 for m in moved))
+    return figures
 
 
 def _memory(s: dict) -> str:
@@ -292,6 +302,9 @@ def summary_rows(summary: dict) -> list[tuple[str, str]]:
                                               f"rank not their owner; {s['dynamic_tiles_least']}–"
                                               f"{s['dynamic_tiles_most']} per rank"
                                               f"{_workers(s)}"))
+    if "dynamic_node_handoffs" in s:
+        rows.append(("tiles between nodes", f"{s['dynamic_node_handoffs']} a product (median); "
+                                            f"{s['dynamic_handoff_products']} timed product(s) moved any"))
     if "memory_operand_bytes" in s:
         rows.append((f"memory ({s['memory_ranks']} rank(s)/device)", _memory(s)))
     rows += [

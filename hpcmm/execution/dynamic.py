@@ -184,6 +184,8 @@ class DynamicEngine:
         self.node_comm = topo.vnode_comm
         self.node_ranks = tuple(self.node_comm.allgather(topo.rank))
         self._node_index = {rank: i for i, rank in enumerate(self.node_ranks)}
+        #: Every rank's (virtual) node, where there are several (else ``None``).
+        self.vnodes = tuple(topo.comm.allgather(topo.vnode)) if topo.vnode_count > 1 else None
         #: The ranks that compute tiles (:func:`~hpcmm.planning.choices.tile_workers`), and how many tiles a
         #: worker's device may hold when it claims the next.
         self.workers = choices.workers or tuple(range(size))
@@ -301,7 +303,7 @@ class DynamicEngine:
         topo, grid = self.topo, self.layout.grid
         if topo.vnode_count == 1:
             return []
-        vnodes = self.vnodes = tuple(topo.comm.allgather(topo.vnode))
+        vnodes = self.vnodes
         me, (row, col) = topo.rank, grid.coords(topo.rank)
         comms = []
         for operand, line, count, position in (("A", topo.row_comm, grid.cols, col), ("B", topo.col_comm, grid.rows, row)):
