@@ -141,6 +141,9 @@ product_checks() {  # product_checks MODE EXTRA_ARGS...   (2 and 8 ranks on the 
   check "$mode" n8-rpn1-uneven 0 "$cross" -- mpiexec -n 8 $py -m hpcmm --m 10007 --n 6001 --k 3001 --ranks-per-node 1 "$@" --quiet
   check "$mode" n8-rpn2-uneven 0 "ipc,$cross" -- mpiexec -n 8 $py -m hpcmm --m 10007 --n 6001 --k 3001 --ranks-per-node 2 "$@" --quiet
   check "$mode" n4-rpn2-f32-full 0 "ipc,$cross" -- mpiexec -n 4 $py -m hpcmm --m 3001 --n 2003 --k 1999 --dtype float32 --ranks-per-node 2 --verify full "$@" --quiet
+  # --balance dynamic over (virtual) nodes: the blocks of other nodes copied in, tiles moved between nodes
+  check "$mode" n4-rpn2-dynamic-full 0 "ipc,$cross" -- mpiexec -n 4 $py -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 2 --balance dynamic --iters 3 --verify full "$@" --quiet
+  check "$mode" n2-rpn1-dynamic-full 0 "$cross" -- mpiexec -n 2 $py -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 1 --grid 2x1 --balance dynamic --iters 3 --verify full "$@" --quiet
 }
 
 bench() {  # bench NAME NRANKS CASES [OPTIONS]   (uses $mode of the caller)

@@ -28,15 +28,23 @@
 #    more products so that both run for about as long).  DYN_CPU_PIN=1 pins each thread count to
 #    cores of its own (taskset; one logical CPU per physical core, the first t1 cores for the first,
 #    the next t2 for the second, in every run of the part), so that the two never share a core.
+# 8. nodes: two virtual nodes (--ranks-per-node) on a --grid Px1 at DYN_MPS_N: under MPS, 2 ranks (one a node)
+#    given 25 % and 75 % of the SMs, share, measured, dynamic and dynamic-nohandoff (tiles kept within
+#    each node), DYN_NODE_ITERS products each (default 10: the first moves nothing); time-sliced,
+#    DYN_NODE_RANKS ranks (default 8), half a node each, share and dynamic.  DYN_NODE_ARGS adds options
+#    (e.g. "--cuda-aware-mpi yes" with DYN_KIT_MODE=cuda-aware).
 # A balance written dynamicQ (dynamic2, say) is --balance dynamic with Q tiles queued per worker,
 # dynamic-even (or dynamicQ-even) with even tiles, dynamic-tpT (dynamic-even-tp8) with T tiles per worker,
-# dynamic-nogather with a lone worker's tiles read from the owners' blocks, dynamic-dec (dynamic-tp16-dec) with decreasing tiles (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
+# dynamic-nogather with a lone worker's tiles read from the owners' blocks, dynamic-dec (dynamic-tp16-dec) with decreasing tiles,
+# dynamic-nohandoff with no tile moved between nodes (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
 # (default "share measured dynamic"), DYN_CPU_BALANCES (default "share measured product dynamic")
 # and DYN_CO_VARIANTS take them, for A/B runs in one call.
 # Each run's row goes to $OUT/rows.tsv (round, case, ranks, n, balance, rc, TFLOP/s, imbalance,
-# tiles taken, the balance that ran, TFLOP/s after a co-runner started); the medians and their
+# tiles taken, the balance that ran, TFLOP/s after a co-runner started, tiles moved between nodes a
+# product); the medians and their
 # ratios are printed last.  Exit status: failed runs.
-# Where .device/env.sh is there (the kit), it is sourced in system mode (DYN_KIT=no: the mpiexec on PATH).
+# Where .device/env.sh is there (the kit), it is sourced in system mode (DYN_KIT_MODE=cuda-aware: in that
+# mode; DYN_KIT=no: the mpiexec on PATH).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/hpcmm-dynamic}
@@ -45,7 +53,7 @@ mkdir -p "$OUT" "$work"
 log=$OUT/dynamic.log
 rows=$OUT/rows.tsv
 : > "$log"
-printf 'round\tcase\tranks\tn\tbalance\trc\ttflops\timbalance\ttaken\tran\tafter\n' > "$rows"
+printf 'round\tcase\tranks\tn\tbalance\trc\ttflops\timbalance\ttaken\tran\tafter\tmoved\n' > "$rows"
 export OMP_NUM_THREADS=1
 SIZES=${DYN_SIZES:-8192 16384}
 RANKS=${DYN_RANKS:-2 8}
@@ -56,7 +64,7 @@ PARTS=" ${DYN_PARTS:-verify sliced mps} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 if [ -f .device/env.sh ] && [ "${DYN_KIT:-yes}" != no ]; then
   # shellcheck disable=SC1091
-  source .device/env.sh system >> "$log" 2>&1 || { echo "env.sh failed" >&2; exit 1; }
+  source .device/env.sh "${DYN_KIT_MODE:-system}" >> "$log" 2>&1 || { echo "env.sh failed" >&2; exit 1; }
 fi
 failed=0
 
@@ -64,8 +72,9 @@ failed=0
 # worker; -even: even tiles; -tpT: T tiles per worker, GPU and CPU alike; -nogather: a lone worker
 # reads the owners' blocks, no whole operands)
 hpcmm_cmd() {
-  if [[ $1 =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?(-nogather)?(-dec)?$ ]] && [ "$1" != dynamic ]; then
+  if [[ $1 =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?(-nogather)?(-dec)?(-nohandoff)?$ ]] && [ "$1" != dynamic ]; then
     local set=()
+    [ -n "${BASH_REMATCH[7]}" ] && set+=(execution.dynamic.NODE_HANDOFFS=0)
     [ -n "${BASH_REMATCH[6]}" ] && set+=(planning.choices.TILE_CUT=decreasing)
     [ -n "${BASH_REMATCH[5]}" ] && set+=(planning.choices.LONE_WORKER_GATHER=0)
     [ -n "${BASH_REMATCH[1]}" ] && set+=("execution.dynamic.QUEUED_TILES=${BASH_REMATCH[1]}")
@@ -93,7 +102,7 @@ one() {
   timeout --foreground "$LIMIT" "${cmd[@]}" >> "$log" 2>&1
   local rc=$?
   [ "$rc" = 0 ] || failed=$((failed + 1))
-  local facts="nan\tnan\tnan\t-\tnan"
+  local facts="nan\tnan\tnan\t-\tnan\t0"
   if [ "$rc" = 0 ]; then
     facts=$($py - "$out" "${CORUNNER_RECORD:-}" <<'PY' 2>> "$log"
 import json, os, sys, h5py, numpy as np
@@ -105,7 +114,7 @@ with h5py.File(sys.argv[1], "r") as f:
         late = f["timings/product_seconds"][()][f["timings/product_start_seconds"][()] >= began]
         after = s["flops"] / np.median(late) / 1e12 if late.size else float("nan")
     print(f"{s['tflops']:.3f}\t{s['load_imbalance']:.4f}\t{s.get('dynamic_taken_fraction', 0.0):.4f}\t"
-          f"{s['balance']}\t{after:.3f}")
+          f"{s['balance']}\t{after:.3f}\t{s.get('dynamic_node_handoffs', 0)}")
 PY
 )
   fi
@@ -185,6 +194,20 @@ PY
   done
 }
 
+# 8. nodes, time-sliced: DYN_NODE_RANKS ranks, two virtual nodes
+N_NODE_ITERS=${DYN_NODE_ITERS:-10}
+read -r -a NODE_ARGS <<< "${DYN_NODE_ARGS:-}"
+if part nodes; then
+  node_ranks=${DYN_NODE_RANKS:-8}
+  for round in $(seq "$ROUNDS"); do
+    for balance in ${DYN_NODE_BALANCES:-share dynamic}; do
+      # shellcheck disable=SC2046
+      one "$round" nodes-sliced "$node_ranks" "$N_CO" "$balance" -- mpiexec -n "$node_ranks" $(hpcmm_cmd "$balance") \
+        --m "$N_CO" --ranks-per-node $((node_ranks / 2)) --iters "$N_NODE_ITERS" "${NODE_ARGS[@]}" --quiet
+    done
+  done
+fi
+
 # 4. the mission command, time-sliced
 part default && one 0 default-sliced 8 0 default -- mpiexec -n 8 $py -m hpcmm --quiet
 # 6. co-runner, time-sliced
@@ -229,7 +252,7 @@ if part threads; then
 fi
 
 # 3. MPS, 25 % and 75 % of the SMs (and parts 4 to 6 under MPS)
-if { part mps || part default || part mpsequal || part corunner; } && [ "${DYN_MPS:-1}" != 0 ] \
+if { part mps || part default || part mpsequal || part corunner || part nodes; } && [ "${DYN_MPS:-1}" != 0 ] \
    && command -v nvidia-cuda-mps-control >/dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/hpcmm-dyn-mps-pipe-$$ CUDA_MPS_LOG_DIRECTORY=/tmp/hpcmm-dyn-mps-log-$$
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -242,6 +265,15 @@ if { part mps || part default || part mpsequal || part corunner; } && [ "${DYN_M
         args=($(hpcmm_cmd "$balance") --m "$n" --quiet --out "$(outfile "$round" mps25-75 2 "$n" "$balance")")
         one "$round" mps25-75 2 "$n" "$balance" -- mpiexec -n 1 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 "${args[@]}" \
           : -n 1 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=75 "${args[@]}"
+      done
+    done
+    part nodes && for round in $(seq "$ROUNDS"); do
+      for balance in ${DYN_NODE_MPS_BALANCES:-share measured dynamic dynamic-nohandoff}; do
+        # shellcheck disable=SC2207
+        args=($(hpcmm_cmd "$balance") --m "$N_CO" --ranks-per-node 1 --grid 2x1 --iters "$N_NODE_ITERS" "${NODE_ARGS[@]}"
+              --quiet --out "$(outfile "$round" nodes-mps25-75 2 "$N_CO" "$balance")")
+        one "$round" nodes-mps25-75 2 "$N_CO" "$balance" -- mpiexec -n 1 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 \
+          "${args[@]}" : -n 1 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=75 "${args[@]}"
       done
     done
     part default && one 0 default-mps 8 0 default -- mpiexec -n 8 $py -m hpcmm --quiet
@@ -271,15 +303,17 @@ def best_static(case, n):
     keys = [(case.replace("-half", "-always"), 2, n, b) for b in ("share", "measured")]
     return max(keys, key=lambda k: med(k, "after") if runs.get(k) else float("-inf"))
 print(f"{'case':<20} {'ranks':>5} {'n':>6} {'balance':<9} {'ran':<8} {'runs':>4} {'TFLOP/s median [range]':<24} "
-      f"{'imbalance':>9} {'taken':>6} {'after':>7} {'ratio':>6}  reference")
+      f"{'imbalance':>9} {'taken':>6} {'after':>7} {'moved':>5} {'ratio':>6}  reference")
 for key in sorted(runs, key=lambda k: (k[0], k[2], k[1], k[3])):
     case, ranks, n, balance = key
     vals = sorted(float(r["tflops"]) for r in runs[key])
     field = "tflops"
     if case in ("sliced", "mpsequal"):
         ref, what = (case, 1, n, "share"), "1 rank"
-    elif case == "mps25-75":
-        ref, what = ("mps25-75", 2, n, "measured"), "measured"
+    elif case in ("mps25-75", "nodes-mps25-75"):
+        ref, what = (case, 2, n, "measured"), "measured"
+    elif case == "nodes-sliced":
+        ref, what = (case, ranks, n, "share"), "share"
     elif case.startswith("corunner") and case.endswith("-half"):
         ref = best_static(case, n)
         what, field = f"best static ({ref[3]}, co-runner throughout), after the co-runner's start", "after"
@@ -302,6 +336,7 @@ for key in sorted(runs, key=lambda k: (k[0], k[2], k[1], k[3])):
     print(f"{case:<20} {ranks:>5} {n:>6} {balance:<9} {ran:<8} {len(vals):>4} "
           f"{statistics.median(vals):>8.2f} [{vals[0]:.2f}-{vals[-1]:.2f}]{'':<3} "
           f"{100 * med(key, 'imbalance'):>8.1f}% {100 * med(key, 'taken'):>5.1f}% {med(key, 'after'):>7.2f} "
+          f"{med(key, 'moved'):>5.0f} "
           f"{ratio:>6.3f}  {what}")
 PY
 echo "failed runs: $failed"
