@@ -237,7 +237,8 @@ class DynamicEngine:
             devices = self.node_comm.allgather(backend.device_id if backend.on_gpu else -1)
             sharers = devices.count(devices[self.node_comm.Get_rank()])
             self._spare = tuple(topo.comm.allgather(max(0, choices.free_bytes - choices.device_bytes) // sharers))
-            self.moved = PointToPoint(backend, staged=backend.on_gpu and not cuda_aware)
+            # Tiles take the path the copies take: staged through pinned host memory where MPI is not CUDA-aware.
+            self.moved = PointToPoint(backend, staged=broadcast_cls.path == "staged")
         #: The whole operands a lone worker gathers (per grid row for A, per grid column for B), and the
         #: copies that fill them: (destination, source, source rank) of flat views.
         self.gather = choices.gather if topo.rank in self.workers else ""
@@ -425,16 +426,18 @@ class DynamicEngine:
         if not self._copy_comms:
             return 0, 0.0
         start, received = perf_counter(), 0
-        me, flat = self.topo.rank, self._flat(self.topo.rank)
+        # The broadcasts move bytes (as the SUMMA channel's panels): offsets in elements times the item size.
+        me, raw, item = self.topo.rank, self._raw, self.dtype.itemsize
         a_size, b_size, _ = self._sizes[me]
         for operand, source, comm in self._copy_comms:
             if source == me:
-                self.broadcast.send(comm, flat[:a_size] if operand == "A" else flat[a_size:a_size + b_size])
+                self.broadcast.send(comm, raw[:a_size * item] if operand == "A"
+                                    else raw[a_size * item:(a_size + b_size) * item])
                 continue
             offset, size = self._copies[me][(operand, source)]
-            self.broadcast.receive(comm, flat[offset:offset + size])
-            self.bytes_by_pair[(source, me, self.broadcast.path)] += size * self.dtype.itemsize
-            received += size * self.dtype.itemsize
+            self.broadcast.receive(comm, raw[offset * item:(offset + size) * item])
+            self.bytes_by_pair[(source, me, self.broadcast.path)] += size * item
+            received += size * item
         self.backend.synchronize()  # a staged copy lands on the communication stream
         seconds = perf_counter() - start
         self.node_comm.Barrier()  # every copy of the node is in place before any tile reads it

@@ -199,3 +199,35 @@ def test_a_slow_ranks_tiles_change_node_only_after_a_product_shows_it_slow(mpi_t
         assert crossing == want, (crossing, want)
 
     on_rank0(check)
+
+
+@pytest.mark.timeout(300)  # a hang guard
+def test_blocks_and_tiles_cross_nodes_staged_through_host_buffers(mpi_tmp_path, monkeypatch):
+    """The path a GPU takes where MPI is not CUDA-aware (``staged``: device → pinned host → MPI), run with the
+    CPU backend's copies: the copies of other nodes' blocks and the moved tiles (rank 0 made slow, so that
+    its tiles move in the later products) arrive whole, C is checked in full and /transfers says staged."""
+    if P < 2:
+        pytest.skip("needs 2 ranks")
+    from hpcmm.execution import dynamic
+    from hpcmm.execution.transport.ipc import ShmPeerMemory
+    from hpcmm.execution.transport.mpi import StagedBroadcast
+
+    monkeypatch.setattr(dynamic, "select_paths", lambda backend, aware: (ShmPeerMemory, StagedBroadcast))
+    if RANK == 0:
+        real = CpuBackend.gemm
+
+        def slow(self, *args, **kwargs):
+            time.sleep(0.2)
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(CpuBackend, "gemm", slow)
+    m, n, k = 64 * P + 9, 33, 70
+    result = run_and_compare(mpi_tmp_path, m=m, n=n, k=k, balance="dynamic", ranks_per_node=1, grid=(P, 1),
+                             iters=3, panel=16, device="cpu")
+    everywhere(set(result.summary["paths"]) == {"staged"}, f"paths {result.summary['paths']}")
+
+    def check():
+        rows, _ = _tiles(mpi_tmp_path / "result.h5")
+        assert any(int(r["rank"]) != int(r["owner"]) for r in rows), "no tile moved between nodes"
+
+    on_rank0(check)
