@@ -61,3 +61,21 @@ def test_poison_returns_when_the_fill_is_done():
     calls.clear()
     backend.poison(_Array(calls, 0))  # nothing to fill, nothing to wait for
     assert calls == []
+
+
+def _described(props: dict) -> dict:
+    backend = GpuBackend.__new__(GpuBackend)  # no CUDA here: describe reads the device's properties only
+    backend.cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDeviceProperties=lambda device: props)))
+    backend.device_id = 1
+    return backend.describe()
+
+
+def test_a_gpu_without_a_uuid_describes_none():
+    """Ranks with equal UUIDs are taken to share a device: a GPU whose runtime gives no UUID must say ""
+    (the device is then told by host and index), never a text that every such GPU shares."""
+    facts = _described({"name": b"GPU", "uuid": b"", "pciBusID": 5})
+    assert facts["gpu_uuid"] == "" and facts["gpu_index"] == "1" and facts["gpu_name"] == "GPU"
+    assert _described({"name": "GPU"})["gpu_uuid"] == ""
+    uuid = _described({"name": "GPU", "uuid": bytes(range(16))})["gpu_uuid"]
+    assert uuid == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"

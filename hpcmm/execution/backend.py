@@ -713,9 +713,10 @@ class GpuBackend(Backend):
         name = props["name"]
         name = name.decode() if isinstance(name, bytes) else str(name)
         uuid = props.get("uuid", b"")
-        if isinstance(uuid, (bytes, bytearray)) and uuid:
-            h = uuid.hex()
-            uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+        if isinstance(uuid, (bytes, bytearray)):
+            # No UUID must read as none (""), not as the text "b''": ranks with equal UUIDs share a device.
+            h = bytes(uuid).hex()
+            uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}" if h else ""
         pci = f"{props.get('pciDomainID', 0):04x}:{props.get('pciBusID', 0):02x}:{props.get('pciDeviceID', 0):02x}.0"
         return {"backend": self.name, "gpu_name": name, "gpu_uuid": str(uuid), "gpu_pci": pci,
                 "gpu_index": str(self.device_id)}
