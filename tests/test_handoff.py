@@ -64,6 +64,15 @@ def test_a_taker_shares_the_owners_grid_column():
     assert moves and {m.owner for m in moves} == {0} and {m.taker for m in moves} == {2}
 
 
+def test_only_ranks_that_may_take_do():
+    """Ranks 1 and 3 on node 1, both in column 0; rank 1 leaves its GPU's tiles to rank 3: only rank 3 takes."""
+    node_of, column_of = [0, 1, 0, 1], [0, 0, 0, 0]
+    tiles = [[TILE] * 4 for _ in range(4)]
+    moves = handoffs(node_of, column_of, tiles, [1.0, 3.0], 10.0, ROOMY, can_take=[True, False, True, True])
+    assert moves and {m.taker for m in moves} == {3}
+    assert handoffs(node_of, column_of, tiles, [1.0, 3.0], 10.0, ROOMY, can_take=[True, False, True, False]) == ()
+
+
 def test_an_owner_keeps_a_tile_and_buffers_must_fit():
     """A fast node forty times faster takes all tiles but one; with no spare memory on either side, none."""
     tiles = [[TILE] * 4, [TILE] * 4]

@@ -459,7 +459,8 @@ class DynamicEngine:
         links = [moved / seconds for _, _, moved, seconds in works if moved > 0 and seconds > 0]
         link = float(np.median(links)) if links else 0.0
         columns = [self.layout.grid.coords(rank)[1] for rank in range(self.topo.size)]
-        return handoffs(self.vnodes, columns, self._costs, rates, link, self._spare)
+        return handoffs(self.vnodes, columns, self._costs, rates, link, self._spare,
+                        can_take=[rank in self.workers for rank in range(self.topo.size)])
 
     def _a_rows(self, owner: int, row0: int, row1: int):
         """A buffer for ``owner``'s tile's A rows over the whole of k: flat, and as a column-major matrix."""

@@ -57,7 +57,7 @@ def node_times(node_of: Sequence[int], tiles: Sequence[Sequence[TileCost]], rate
 
 def handoffs(node_of: Sequence[int], column_of: Sequence[int], tiles: Sequence[Sequence[TileCost]],
              rates: Sequence[float], link_rate: float, spare_bytes: Sequence[int],
-             gain: float = HANDOFF_GAIN) -> tuple[Handoff, ...]:
+             gain: float = HANDOFF_GAIN, can_take: Sequence[bool] | None = None) -> tuple[Handoff, ...]:
     """The tiles that change node for the next product, the same on every rank given the same inputs.
 
     Parameters
@@ -74,6 +74,9 @@ def handoffs(node_of: Sequence[int], column_of: Sequence[int], tiles: Sequence[S
         What each rank's device holds beyond its blocks: the buffers of the tiles it gives or takes.
     gain : float
         The least share of the slowest node's predicted time the moves together must save.
+    can_take : sequence of bool, optional
+        Which ranks may compute a moved tile (every rank where not given): a rank that leaves its GPU's
+        tiles to another (time slices) takes none either.
 
     Returns
     -------
@@ -117,7 +120,7 @@ def handoffs(node_of: Sequence[int], column_of: Sequence[int], tiles: Sequence[S
             for taker in range(len(tiles)):
                 node = node_of[taker]
                 if (node == slow or node in givers or column_of[taker] != column_of[owner]
-                        or spare[taker] < cost.buffer_bytes):
+                        or spare[taker] < cost.buffer_bytes or (can_take is not None and not can_take[taker])):
                     continue
                 after = max(times[slow] - cost.flops / rates[slow],
                             times[node] + cost.flops / rates[node] + cost.moved_bytes / link_rate)
