@@ -117,3 +117,126 @@ def test_the_same_inputs_give_the_same_moves(seed):
     first = handoffs(node_of, column_of, tiles, rates, 10.0, ROOMY)
     assert handoffs(list(node_of), tuple(column_of), [list(t) for t in tiles], list(rates), 10.0, list(ROOMY)) == first
     assert list(first) == sorted(first)
+
+
+def test_node_times_add_every_rank_of_a_node():
+    tiles = [[TileCost(2.0, 0, 0)], [TileCost(4.0, 0, 0), TileCost(2.0, 0, 0)], [TileCost(3.0, 0, 0)]]
+    assert node_times([0, 0, 1], tiles, [2.0, 3.0]) == [4.0, 1.0]
+
+
+def test_rates_must_be_finite_and_any_positive_link_will_do():
+    tile = TileCost(flops=3.0, moved_bytes=0, buffer_bytes=1)
+    tiles = [[tile] * 4, [tile] * 4]
+    assert handoffs([0, 1], [0, 0], tiles, [1.0, float("inf")], 10.0, ROOMY) == ()
+    assert handoffs([0, 1], [0, 0], tiles, [1.0, 3.0], 0.5, ROOMY)  # a slow link, but nothing to move over it
+
+
+def test_the_tile_that_moves_is_priced_as_itself():
+    """The last tile of the slow node costs more to move than it saves: nothing moves, though the tile
+    before it would have paid (tiles move from the end of the owner's list, in order)."""
+    cheap, dear = TileCost(3.0, 1, 1), TileCost(3.0, 1000, 1)
+    assert handoffs([0, 1], [0, 0], [[cheap] * 3 + [dear], [cheap]], [1.0, 3.0], 10.0, ROOMY) == ()
+    # A large last tile moves alone: once it has, the taker is the slowest and moving stops.
+    small, large = TileCost(1.0, 0, 1), TileCost(8.0, 0, 1)
+    assert handoffs([0, 1], [0, 0], [[small] * 3 + [large], [small]], [1.0, 1.0], 1e9, ROOMY) == (Handoff(0, 3, 1),)
+
+
+def test_an_owner_without_room_is_passed_over_for_the_next():
+    """Ranks 0 and 1 on the slow node, both in column 0; rank 0 has no spare memory: rank 1's tiles move."""
+    node_of, column_of = [0, 0, 1], [0, 0, 0]
+    tiles = [[TILE] * 4, [TILE] * 4, [TILE]]
+    moves = handoffs(node_of, column_of, tiles, [1.0, 6.0], 10.0, [0, 100, 100])
+    assert moves and {m.owner for m in moves} == {1}
+
+
+def test_room_for_exactly_one_tile_takes_exactly_one():
+    tiles = [[TILE] * 4, [TILE] * 4]
+    assert handoffs([0, 1], [0, 0], tiles, [1.0, 40.0], 1e3, [100, 1]) == (Handoff(0, 3, 1),)
+
+
+def _shorter_after(node_of, column_of, tiles, rates, link, spare, moves):
+    """The documented stopping rule, checked from outside: no further move of the slowest node's next tile
+    (where it may still give) to a node that may take would shorten the slowest node's predicted time."""
+    times = _after(node_of, tiles, rates, link, moves)
+    givers = {node_of[m.owner] for m in moves}
+    takers = {node_of[m.taker] for m in moves}
+    slow = max(range(len(rates)), key=lambda n: times[n])
+    if slow in takers:
+        return False
+    for owner in range(len(tiles)):
+        left = len(tiles[owner]) - sum(m.owner == owner for m in moves)
+        if node_of[owner] != slow or left <= 1:
+            continue
+        cost = tiles[owner][left - 1]
+        for taker in range(len(tiles)):
+            node = node_of[taker]
+            if node == slow or node in givers or column_of[taker] != column_of[owner]:
+                continue
+            after = max(times[slow] - cost.flops / rates[slow],
+                        times[node] + cost.flops / rates[node] + cost.moved_bytes / link)
+            if after < times[slow]:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_moves_follow_the_documented_prediction(seed):
+    """Random nodes, rates, tiles and links: what the moves predict (each node's flops over its rate, a
+    taker paying the bytes at the link's rate too) saves the gain or more, no further move of the slowest
+    node would shorten it, and where nothing moves no single move would have saved the gain."""
+    import random
+
+    rng = random.Random(seed)
+    nodes = rng.randint(2, 4)
+    per_node = rng.randint(1, 2)
+    node_of = [r // per_node for r in range(nodes * per_node)]
+    column_of = [r % per_node for r in range(nodes * per_node)]
+    tiles = [[TileCost(rng.uniform(1, 6), rng.randint(0, 4), 1) for _ in range(rng.randint(2, 6))]
+             for _ in node_of]
+    rates = [rng.uniform(0.5, 6.0) for _ in range(nodes)]
+    link = rng.uniform(0.5, 20.0)
+    moves = handoffs(node_of, column_of, tiles, rates, link, ROOMY)
+    before = max(node_times(node_of, tiles, rates))
+    if moves:
+        assert max(_after(node_of, tiles, rates, link, moves)) <= before * (1 - HANDOFF_GAIN)
+        assert not _shorter_after(node_of, column_of, tiles, rates, link, ROOMY, moves)
+    else:
+        times = node_times(node_of, tiles, rates)
+        slow = max(range(nodes), key=lambda n: times[n])
+        for owner in (r for r in range(len(tiles)) if node_of[r] == slow and len(tiles[r]) > 1):
+            for taker in (r for r in range(len(tiles)) if node_of[r] != slow and column_of[r] == column_of[owner]):
+                single = (Handoff(owner, len(tiles[owner]) - 1, taker),)
+                assert max(_after(node_of, tiles, rates, link, single)) > before * (1 - HANDOFF_GAIN)
+
+
+def test_each_move_is_the_one_after_which_its_two_nodes_end_soonest():
+    """Two nodes of two ranks (columns 0 and 1), rates 2 and 6, a link of 2 bytes a second.  Worked by hand:
+    node 0 has 23 flops (11.5 s), node 1 16 (2.67 s).  First, rank 0's last tile (6 flops, 2 bytes) ends the
+    pair at max(11.5 - 3, 2.67 + 1 + 1) = 8.5 against rank 1's (2 flops) 10.5: rank 0's goes to rank 2.  Then
+    rank 0's next (6 flops, 3 bytes) ends them at max(5.5, 7.17) = 7.17 against rank 1's max(7.5, 5.5) = 7.5:
+    rank 0's again.  Node 1 is then the slowest, a taker: the moves end."""
+    c = TileCost
+    tiles = [[c(3.0, 2, 1), c(6.0, 3, 1), c(6.0, 2, 1)], [c(6.0, 2, 1), c(2.0, 1, 1)],
+             [c(6.0, 4, 1), c(1.0, 6, 1)], [c(6.0, 0, 1), c(3.0, 2, 1)]]
+    assert handoffs([0, 0, 1, 1], [0, 1, 0, 1], tiles, [2.0, 6.0], 2.0, ROOMY) == (Handoff(0, 1, 2), Handoff(0, 2, 2))
+
+
+@pytest.mark.parametrize("more", [0, 1])
+def test_of_two_owners_alike_the_one_with_more_tiles_left_gives(more):
+    """Equal rates, one move possible: rank ``more`` (3 tiles against 2, the same tiles) gives it."""
+    tiles = [[TILE] * (3 if more == 0 else 2), [TILE] * (3 if more == 1 else 2), [TILE], [TILE]]
+    moves = handoffs([0, 0, 1, 1], [0, 1, 0, 1], tiles, [3.0, 3.0], 1e9, ROOMY, gain=0.0)
+    assert moves == (Handoff(more, 2, 2 + more),)
+
+
+def test_a_move_that_only_ties_the_slowest_is_not_made():
+    """Rates 2 and 4, a link of 2: one move takes node 0 from 8 s to 6 and node 1 from 2 to 4; a second
+    would take node 1 to exactly 6, no shorter: one move."""
+    tiles = [[TileCost(4.0, 2, 1)] * 4, [TileCost(4.0, 2, 1)] * 2]
+    assert handoffs([0, 1], [0, 0], tiles, [2.0, 4.0], 2.0, ROOMY) == (Handoff(0, 3, 1),)
+
+
+def test_moves_that_save_exactly_the_gain_are_made():
+    """8 s to 4: exactly half, with a gain of one half asked."""
+    tiles = [[TileCost(4.0, 0, 1)] * 2, []]
+    assert handoffs([0, 1], [0, 0], tiles, [1.0, 1.0], 1e9, ROOMY, gain=0.5) == (Handoff(0, 1, 1),)
