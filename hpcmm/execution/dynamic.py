@@ -415,9 +415,10 @@ class DynamicEngine:
         self.counters.Unlock(target)
         return int(got[0])
 
-    def _copy_in(self) -> None:
+    def _copy_in(self) -> tuple[int, float]:
         """Several nodes: send this rank's A and B blocks to the ranks of its grid row and column on other
-        nodes, and copy in theirs (:attr:`_copies`); returns once the node's ranks may read every copy.
+        nodes, and copy in theirs (:attr:`_copies`); returns once the node's ranks may read every copy, with
+        the bytes this rank received and the seconds it took (the link's rate for :meth:`_handoffs`).
 
         The blocks are not written during a product (the last one ended with the device synchronized),
         so MPI may read them at once.  Every rank walks its communicators in the same order: A's along its
@@ -462,8 +463,8 @@ class DynamicEngine:
         return handoffs(self.vnodes, columns, self._costs, rates, link, self._spare,
                         can_take=[rank in self.workers for rank in range(self.topo.size)])
 
-    def _a_rows(self, owner: int, row0: int, row1: int):
-        """A buffer for ``owner``'s tile's A rows over the whole of k: flat, and as a column-major matrix."""
+    def _a_rows(self, row0: int, row1: int):
+        """A buffer for a tile's A rows over the whole of k: flat, and as a column-major matrix."""
         rows, k = row1 - row0, self.layout.k
         flat = self.backend.empty((rows * k,), self.dtype)
         return flat, flat.reshape((rows, k), order="F")
@@ -479,7 +480,7 @@ class DynamicEngine:
             if me not in (move.owner, move.taker):
                 continue
             row0, row1 = self.tiles[move.owner][move.tile]
-            flat, a_rows = self._a_rows(move.owner, row0, row1)
+            flat, a_rows = self._a_rows(row0, row1)
             if me == move.owner:
                 for col, (block, _) in enumerate(self._sources[me][0]):
                     offset = a_offsets[col]

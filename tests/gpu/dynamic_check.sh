@@ -33,6 +33,11 @@
 #    each node), DYN_NODE_ITERS products each (default 10: the first moves nothing); time-sliced,
 #    DYN_NODE_RANKS ranks (default 8), half a node each, share and dynamic.  DYN_NODE_ARGS adds options
 #    (e.g. "--cuda-aware-mpi yes" with DYN_KIT_MODE=cuda-aware).
+# 9. cpunodes: on the CPUs (--device cpu, DYN_CPU_N), 2 ranks as two virtual nodes on a 2 x 1 grid, each
+#    pinned to a core of its own with one BLAS thread, and a busy loop of another process pinned to the
+#    second rank's core throughout (a co-runner on one node): share, measured, dynamic-nohandoff and
+#    dynamic, DYN_NODE_ITERS products each, against the ideal: the sum of each rank's rate alone at one
+#    rank, pinned as it is (the second beside its busy loop).  Runs on any host of two cores or more.
 # A balance written dynamicQ (dynamic2, say) is --balance dynamic with Q tiles queued per worker,
 # dynamic-even (or dynamicQ-even) with even tiles, dynamic-tpT (dynamic-even-tp8) with T tiles per worker,
 # dynamic-nogather with a lone worker's tiles read from the owners' blocks, dynamic-dec (dynamic-tp16-dec) with decreasing tiles,
@@ -251,6 +256,32 @@ if part threads; then
   done
 fi
 
+# 9. two CPU nodes, a co-runner on the second
+if part cpunodes; then
+  n=${DYN_CPU_N:-4096}
+  mapfile -t cores < <(for f in /sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list; do
+                         cut -d, -f1 < "$f" | cut -d- -f1; done | sort -n -u)
+  c0=${cores[0]} c1=${cores[1]:-}
+  if [ -z "$c1" ]; then
+    echo "cpunodes: one physical core; needs two" | tee -a "$log"
+  else
+    taskset -c "$c1" $py -c 'while True: pass' & hog=$!
+    cpu=(--device cpu --m "$n" --iters "$N_NODE_ITERS" --quiet)
+    for round in $(seq "$ROUNDS"); do
+      one "$round" cpunodes 1 "$n" alone-0 -- mpiexec -n 1 taskset -c "$c0" $py -m hpcmm "${cpu[@]}"
+      one "$round" cpunodes 1 "$n" alone-1 -- mpiexec -n 1 taskset -c "$c1" $py -m hpcmm "${cpu[@]}"
+      for balance in ${DYN_CPU_NODE_BALANCES:-share measured dynamic-nohandoff dynamic}; do
+        # shellcheck disable=SC2207
+        args=($(hpcmm_cmd "$balance") "${cpu[@]}" --ranks-per-node 1 --grid 2x1
+              --out "$(outfile "$round" cpunodes 2 "$n" "$balance")")
+        one "$round" cpunodes 2 "$n" "$balance" -- mpiexec -n 1 taskset -c "$c0" "${args[@]}" : \
+          -n 1 taskset -c "$c1" "${args[@]}"
+      done
+    done
+    kill "$hog"; wait "$hog" 2>/dev/null
+  fi
+fi
+
 # 3. MPS, 25 % and 75 % of the SMs (and parts 4 to 6 under MPS)
 if { part mps || part default || part mpsequal || part corunner || part nodes; } && [ "${DYN_MPS:-1}" != 0 ] \
    && command -v nvidia-cuda-mps-control >/dev/null; then
@@ -317,6 +348,11 @@ for key in sorted(runs, key=lambda k: (k[0], k[2], k[1], k[3])):
     elif case.startswith("corunner") and case.endswith("-half"):
         ref = best_static(case, n)
         what, field = f"best static ({ref[3]}, co-runner throughout), after the co-runner's start", "after"
+    elif case == "cpunodes" and ranks == 2:
+        alone = [("cpunodes", 1, n, f"alone-{r}") for r in (0, 1)]
+        ideal = sum(med(k, "tflops") for k in alone)
+        ratio = med(key, "tflops") / ideal
+        ref, what = None, "ideal: " + " + ".join(f"{k[3]} {med(k, 'tflops'):.4f}" for k in alone)
     elif case == "threads" and ranks == 2:
         alone = [("threads", 1, n, f"alone-{t}") for t in os.environ.get("DYN_CPU_THREADS", "6 2").split()]
         ideal = sum(med(k, "tflops") for k in alone)
@@ -330,7 +366,7 @@ for key in sorted(runs, key=lambda k: (k[0], k[2], k[1], k[3])):
         ref, what = None, ""
     if ref:
         ratio = med(key, field) / med(ref, field)
-    elif not (case == "threads" and ranks == 2):
+    elif not (case in ("threads", "cpunodes") and ranks == 2):
         ratio = float("nan")
     ran = runs[key][0].get("ran", "-")
     print(f"{case:<20} {ranks:>5} {n:>6} {balance:<9} {ran:<8} {len(vals):>4} "
