@@ -4,7 +4,7 @@
 #   bash tests/gpu/dynamic_check.sh          (about 5 minutes on one H200 for the first three parts)
 #
 # DYN_PARTS picks the parts (default "verify sliced mps"; all: "verify sliced mps default mpsequal
-# corunner threads"):
+# corunner threads nodes cpunodes"):
 # 1. verify: uneven products at 2 and 4 ranks with --balance dynamic --verify full.
 # 2. sliced: ranks time-sliced on the GPU (no MPS): for each size of DYN_SIZES (default "8192 16384",
 #    float64), 1 rank, then DYN_RANKS ranks (default "2 8") with share and with dynamic, in turns,
