@@ -117,6 +117,18 @@ def test_dynamic_refuses_2_5d(mpi_tmp_path):
 # -- several (virtual) nodes: each node hands out its own tiles -------------------------------
 
 
+def _slow_rank_0(monkeypatch, seconds: float) -> None:
+    """Rank 0's CPU GEMMs each take ``seconds`` more (the other ranks' are as fast as ever)."""
+    if RANK == 0:
+        real = CpuBackend.gemm
+
+        def slow(self, *args, **kwargs):
+            time.sleep(seconds)
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(CpuBackend, "gemm", slow)
+
+
 def _nodes(path) -> list[int]:
     with h5py.File(path, "r") as f:
         return [int(node) for node in f["topology"]["node"]]
@@ -150,14 +162,7 @@ def test_a_slow_ranks_tiles_change_node_only_after_a_product_shows_it_slow(mpi_t
     tile is computed once per product, C is checked in full, and the bytes between nodes go by MPI."""
     if P < 2:
         pytest.skip("needs 2 ranks")
-    if RANK == 0:
-        real = CpuBackend.gemm
-
-        def slow(self, *args, **kwargs):
-            time.sleep(0.5)
-            return real(self, *args, **kwargs)
-
-        monkeypatch.setattr(CpuBackend, "gemm", slow)
+    _slow_rank_0(monkeypatch, 0.5)
     cfg = config(mpi_tmp_path, m=64 * P, n=24, k=48, balance="dynamic", iters=2, warmup=0, panel=16,
                  verify="full", save_c=False, ranks_per_node=ranks_per_node, device="cpu")
     result = hpcmm.run(cfg, comm=COMM)
@@ -213,14 +218,7 @@ def test_blocks_and_tiles_cross_nodes_staged_through_host_buffers(mpi_tmp_path, 
     from hpcmm.execution.transport.mpi import StagedBroadcast
 
     monkeypatch.setattr(dynamic, "select_paths", lambda backend, aware: (ShmPeerMemory, StagedBroadcast))
-    if RANK == 0:
-        real = CpuBackend.gemm
-
-        def slow(self, *args, **kwargs):
-            time.sleep(0.2)
-            return real(self, *args, **kwargs)
-
-        monkeypatch.setattr(CpuBackend, "gemm", slow)
+    _slow_rank_0(monkeypatch, 0.2)
     m, n, k = 64 * P + 9, 33, 70
     result = run_and_compare(mpi_tmp_path, m=m, n=n, k=k, balance="dynamic", ranks_per_node=1, grid=(P, 1),
                              iters=3, panel=16, device="cpu")
