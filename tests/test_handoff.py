@@ -17,7 +17,7 @@ def _after(node_of, tiles, rates, link, moves):
     times = node_times(node_of, tiles, rates)
     for move in moves:
         cost = tiles[move.owner][move.tile]
-        times[node_of[move.owner]] -= cost.flops / rates[node_of[move.owner]]
+        times[node_of[move.owner]] += cost.sent_bytes / link - cost.flops / rates[node_of[move.owner]]
         times[node_of[move.taker]] += cost.flops / rates[node_of[move.taker]] + cost.moved_bytes / link
     return times
 
@@ -172,7 +172,7 @@ def _shorter_after(node_of, column_of, tiles, rates, link, spare, moves):
             node = node_of[taker]
             if node == slow or node in givers or column_of[taker] != column_of[owner]:
                 continue
-            after = max(times[slow] - cost.flops / rates[slow],
+            after = max(times[slow] - cost.flops / rates[slow] + cost.sent_bytes / link,
                         times[node] + cost.flops / rates[node] + cost.moved_bytes / link)
             if after < times[slow]:
                 return True
@@ -191,8 +191,8 @@ def test_moves_follow_the_documented_prediction(seed):
     per_node = rng.randint(1, 2)
     node_of = [r // per_node for r in range(nodes * per_node)]
     column_of = [r % per_node for r in range(nodes * per_node)]
-    tiles = [[TileCost(rng.uniform(1, 6), rng.randint(0, 4), 1) for _ in range(rng.randint(2, 6))]
-             for _ in node_of]
+    tiles = [[TileCost(rng.uniform(1, 6), moved, 1, rng.randint(0, moved)) for moved in
+              (rng.randint(0, 4) for _ in range(rng.randint(2, 6)))] for _ in node_of]
     rates = [rng.uniform(0.5, 6.0) for _ in range(nodes)]
     link = rng.uniform(0.5, 20.0)
     moves = handoffs(node_of, column_of, tiles, rates, link, ROOMY)
@@ -240,3 +240,20 @@ def test_moves_that_save_exactly_the_gain_are_made():
     """8 s to 4: exactly half, with a gain of one half asked."""
     tiles = [[TileCost(4.0, 0, 1)] * 2, []]
     assert handoffs([0, 1], [0, 0], tiles, [1.0, 1.0], 1e9, ROOMY, gain=0.5) == (Handoff(0, 1, 1),)
+
+
+def test_the_owners_node_pays_for_what_it_sends_before_its_tiles():
+    """Rates 1 and 3, a link of 1 byte a second: a tile of 3 flops saves the slow node 3 s, but sending its
+    A rows first (4 bytes) costs that node 4 s: nothing moves.  With nothing sent first it moves."""
+    sent = TileCost(flops=3.0, moved_bytes=4, buffer_bytes=1, sent_bytes=4)
+    assert handoffs([0, 1], [0, 0], [[sent] * 4, [sent] * 4], [1.0, 3.0], 1.0, ROOMY, gain=0.0) == ()
+    free = TileCost(flops=3.0, moved_bytes=4, buffer_bytes=1)
+    assert handoffs([0, 1], [0, 0], [[free] * 4, [free] * 4], [1.0, 3.0], 1.0, ROOMY, gain=0.0)
+
+
+def test_a_tile_whose_rows_take_longer_to_send_than_to_multiply_stays():
+    """Rates 1 and 10, a link of 1: the large last tile (6 flops, nothing to send) moves; the next (1 flop, 2
+    bytes sent first) would cost the slow node 2 s to save it 1 s, and stays."""
+    small, large = TileCost(1.0, 2, 1, sent_bytes=2), TileCost(6.0, 0, 1)
+    tiles = [[small] * 3 + [large], [small]]
+    assert handoffs([0, 1], [0, 0], tiles, [1.0, 10.0], 1.0, ROOMY) == (Handoff(0, 3, 1),)

@@ -286,12 +286,13 @@ class DynamicEngine:
 
     def _tile_costs(self) -> list[list[TileCost]]:
         """Every rank's tiles as the estimate counts them: ``2·rows·n·k`` flops, A's rows over the whole of k and
-        C's rows as bytes that cross, and the taker's buffers for both."""
+        C's rows as bytes that cross, the taker's buffers for both, and A's rows as what the owner sends before
+        its own tiles (:meth:`_send_handed`)."""
         k, itemsize, costs = self.layout.k, self.dtype.itemsize, []
         for rank, tiles in enumerate(self.tiles):
             n_loc, ld = self.layout.local_shapes(rank)["C"][1], self._ld_bc[rank]
             costs.append([TileCost(2.0 * (r1 - r0) * n_loc * k, (r1 - r0) * (k + n_loc) * itemsize,
-                                   (r1 - r0) * (k + ld) * itemsize) for r0, r1 in tiles])
+                                   (r1 - r0) * (k + ld) * itemsize, (r1 - r0) * k * itemsize) for r0, r1 in tiles])
         return costs
 
     def _copy_communicators(self) -> list:

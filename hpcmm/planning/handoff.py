@@ -6,8 +6,9 @@ taker and its C rows back, through MPI: a cost the tile's own GEMM may not repay
 balance among themselves one product at a time: from the rates each node reached in the last
 product and the rate the copies between nodes reached, :func:`handoffs` predicts every node's time
 and moves the last tiles of the slowest node, one at a time, to the rank of another node in the same
-grid column (which holds the B blocks that tile reads) whose node then ends soonest, for as long as
-each move shortens the predicted product,
+grid column (which holds the B blocks that tile reads) whose node then ends soonest (the taker's node
+pays the tile's GEMMs and every byte it moves, the owner's node the bytes it sends before its own
+tiles), for as long as each move shortens the predicted product,
 and keeps the moves only if together they shorten it by :data:`HANDOFF_GAIN` or more.  With no
 rates yet (the first product) nothing moves.
 """
@@ -27,11 +28,13 @@ HANDOFF_GAIN = 0.03
 @dataclasses.dataclass(frozen=True)
 class TileCost:
     """One tile: its GEMMs' flops, the bytes that cross between nodes if another node computes it (A's rows
-    there, C's rows back), and the bytes of the buffers the taker and the owner hold for it meanwhile."""
+    there, C's rows back), the bytes of the buffers the taker and the owner hold for it meanwhile, and of
+    the crossing bytes those the owner sends before its node's tiles (A's rows: its node waits for them)."""
 
     flops: float
     moved_bytes: int
     buffer_bytes: int
+    sent_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -122,7 +125,7 @@ def handoffs(node_of: Sequence[int], column_of: Sequence[int], tiles: Sequence[S
                 if (node == slow or node in givers or column_of[taker] != column_of[owner]
                         or spare[taker] < cost.buffer_bytes or (can_take is not None and not can_take[taker])):
                     continue
-                after = max(times[slow] - cost.flops / rates[slow],
+                after = max(times[slow] - cost.flops / rates[slow] + cost.sent_bytes / link_rate,
                             times[node] + cost.flops / rates[node] + cost.moved_bytes / link_rate)
                 if best is None or ((after, -left[owner]), owner, taker) < best:
                     best = ((after, -left[owner]), owner, taker)
@@ -131,7 +134,7 @@ def handoffs(node_of: Sequence[int], column_of: Sequence[int], tiles: Sequence[S
         _, owner, taker = best
         cost = tiles[owner][left[owner] - 1]
         node = node_of[taker]
-        times[slow] -= cost.flops / rates[slow]
+        times[slow] += cost.sent_bytes / link_rate - cost.flops / rates[slow]
         times[node] += cost.flops / rates[node] + cost.moved_bytes / link_rate
         left[owner] -= 1
         spare[owner] -= cost.buffer_bytes
