@@ -369,8 +369,9 @@ for key in sorted(runs, key=lambda k: (k[0], k[2], k[1], k[3])):
     elif not (case in ("threads", "cpunodes") and ranks == 2):
         ratio = float("nan")
     ran = runs[key][0].get("ran", "-")
+    digits = 2 if vals[-1] >= 1 else 3  # CPU rates are a few hundredths of a TFLOP/s
     print(f"{case:<20} {ranks:>5} {n:>6} {balance:<9} {ran:<8} {len(vals):>4} "
-          f"{statistics.median(vals):>8.2f} [{vals[0]:.2f}-{vals[-1]:.2f}]{'':<3} "
+          f"{statistics.median(vals):>8.{digits}f} [{vals[0]:.{digits}f}-{vals[-1]:.{digits}f}]{'':<3} "
           f"{100 * med(key, 'imbalance'):>8.1f}% {100 * med(key, 'taken'):>5.1f}% {med(key, 'after'):>7.2f} "
           f"{med(key, 'moved'):>5.0f} "
           f"{ratio:>6.3f}  {what}")
