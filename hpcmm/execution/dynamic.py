@@ -184,8 +184,8 @@ class DynamicEngine:
         self.node_comm = topo.vnode_comm
         self.node_ranks = tuple(self.node_comm.allgather(topo.rank))
         self._node_index = {rank: i for i, rank in enumerate(self.node_ranks)}
-        #: Every rank's (virtual) node, where there are several (else ``None``).
-        self.vnodes = tuple(topo.comm.allgather(topo.vnode)) if topo.vnode_count > 1 else None
+        #: Every rank's (virtual) node, where there are several (else ``None``), as the planner gathered them.
+        self.vnodes = choices.vnodes or None
         #: The ranks that compute tiles (:func:`~hpcmm.planning.choices.tile_workers`), and how many tiles a
         #: worker's device may hold when it claims the next.
         self.workers = choices.workers or tuple(range(size))
@@ -231,9 +231,13 @@ class DynamicEngine:
         #: Several nodes: every rank's tiles' costs for the estimate, what its device holds beyond its blocks,
         #: the path tiles take between nodes, and what this rank's last product did (:meth:`_handoffs`).
         self.handing = topo.vnode_count > 1 and bool(NODE_HANDOFFS)
-        self._costs, self._spare, self._last_work = self._tile_costs(), (), None
+        self._costs, self._spare, self._last_work = [], (), None
         self.moved = None
         if self.handing:
+            self._costs = self._tile_costs()
+            #: Each rank's grid column (a taker shares the owner's) and whether it may take a tile (a worker).
+            self._columns = [self.layout.grid.coords(rank)[1] for rank in range(size)]
+            self._can_take = [rank in self.workers for rank in range(size)]
             devices = self.node_comm.allgather(backend.device_id if backend.on_gpu else -1)
             sharers = devices.count(devices[self.node_comm.Get_rank()])
             self._spare = tuple(topo.comm.allgather(max(0, choices.free_bytes - choices.device_bytes) // sharers))
@@ -324,14 +328,13 @@ class DynamicEngine:
     def _tile_sources(self, rank: int) -> tuple[list, list]:
         """``rank``'s tiles' operands (:attr:`_sources`): A blocks by grid column, B blocks by grid row, each
         ``(array, rank whose memory holds it)``."""
-        grid, flat = self.layout.grid, None
+        grid = self.layout.grid
         row, col = grid.coords(rank)
+        flat = self._flat(rank) if self._copies[rank] else None
 
         def block(operand: str, source: int):
-            nonlocal flat
             if source in self._node_index:
                 return self._views[source][0 if operand == "A" else 1], source
-            flat = self._flat(rank) if flat is None else flat
             offset, size = self._copies[rank][(operand, source)]
             shapes = self.layout.local_shapes(source)
             if operand == "A":
@@ -460,9 +463,7 @@ class DynamicEngine:
         rates = [f / s if s > 0 else 0.0 for f, s in zip(flops, spans)]
         links = [moved / seconds for _, _, moved, seconds in works if moved > 0 and seconds > 0]
         link = float(np.median(links)) if links else 0.0
-        columns = [self.layout.grid.coords(rank)[1] for rank in range(self.topo.size)]
-        return handoffs(self.vnodes, columns, self._costs, rates, link, self._spare,
-                        can_take=[rank in self.workers for rank in range(self.topo.size)])
+        return handoffs(self.vnodes, self._columns, self._costs, rates, link, self._spare, can_take=self._can_take)
 
     def _a_rows(self, row0: int, row1: int):
         """A buffer for a tile's A rows over the whole of k: flat, and as a column-major matrix."""

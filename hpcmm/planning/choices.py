@@ -277,6 +277,8 @@ class EngineChoices:
     #: ``--balance dynamic`` with one worker: the operands it gathers whole along k before its tiles
     #: (:func:`lone_worker_gather`: ``"A"``, ``"B"``, ``"AB"``), so that each tile is one GEMM; ``""`` otherwise.
     gather: str = ""
+    #: ``--balance dynamic`` over several nodes: every rank's (virtual) node, in rank order; empty otherwise.
+    vnodes: tuple = ()
 
     @property
     def ring(self) -> int:
@@ -573,7 +575,8 @@ def summa_choices(topo, backend, layout: Layout, config: RunConfig, worker_of: t
                          step_order=order_of_steps, rank_steps=steps, steps=most_steps, needed_bytes=own_bytes,
                          device_bytes=device_bytes, slots=slots,
                          operand_bytes=memory_parts(layout, topo.rank, itemsize, panel, operand_slots, relayout)[0],
-                         free_bytes=int(free), tiles=tiles, workers=workers, worker_of=worker_of, gather=gather)
+                         free_bytes=int(free), tiles=tiles, workers=workers, worker_of=worker_of, gather=gather,
+                         vnodes=vnodes)
 
 
 def layered_choices(topo, backend, config: RunConfig, shape: tuple[int, int, int],
