@@ -19,7 +19,8 @@ between nodes stays as the ``share`` blocks cut it, and each node balances its o
 start of each product every rank copies in, through MPI (:func:`~hpcmm.execution.transport.channel.select_paths`),
 the A blocks of its grid row and the B blocks of its grid column that lie on other nodes, into its
 shared buffer, where its node's ranks read them for its tiles (the bytes SUMMA would move between
-nodes, moved before the tiles instead of under them).  A lone worker, where the operands fit twice,
+nodes, moved before the tiles instead of under them; on a GPU each rank's first tile runs its GEMMs that
+read its node's blocks alone while they move, :data:`EARLY_LOCAL_GEMMS`).  A lone worker, where the operands fit twice,
 first gathers the operands whose k the grid cuts (:func:`~hpcmm.planning.choices.lone_worker_gather`)
 into one buffer each, on the communication stream while its first tile runs from the owners'
 blocks; every later tile is then one GEMM over the whole of k.  The product ends when every rank has
@@ -65,6 +66,11 @@ QUEUED_TILES = 1
 JOIN_SLOWDOWN = 1.3
 #: While they compute, every this many products the worker runs one alone again: the GPU may be free.
 RETRY_ALONE = 8
+#: Over several nodes, whether a rank queues the GEMMs of its first tile that read its node's blocks alone
+#: before it copies in the other nodes' blocks (GPU, CPU): a GPU runs them while MPI moves the copies; a CPU
+#: would run them first and keep the other nodes waiting for its blocks, so it does not (tests set it to
+#: run the path on CPUs).
+EARLY_LOCAL_GEMMS = {True: 1, False: 0}
 #: Over several nodes, whether tiles change node between products where the estimate says it pays
 #: (:mod:`hpcmm.planning.handoff`); 0 keeps each node to its own tiles (tests/gpu/with_setting.py sets it
 #: for a comparison).
@@ -228,6 +234,9 @@ class DynamicEngine:
         #: Per rank of the node: the A blocks of its grid row and the B blocks of its grid column, by grid
         #: column and row, as its tiles read them (the owner's own block on this node, else the rank's copy).
         self._sources = {rank: self._tile_sources(rank) for rank in self.node_ranks}
+        #: Per rank of the node: its tiles' GEMMs, those that read only this node's blocks first, and how many
+        #: those are (all of them on one node): a rank queues them for its first tile before the copies.
+        self._ordered = {rank: self._local_first(rank) for rank in self.node_ranks}
         #: Several nodes: every rank's tiles' costs for the estimate, what its device holds beyond its blocks,
         #: the path tiles take between nodes, and what this rank's last product did (:meth:`_handoffs`).
         self.handing = topo.vnode_count > 1 and bool(NODE_HANDOFFS)
@@ -345,6 +354,16 @@ class DynamicEngine:
 
         return ([block("A", grid.rank(row, c)) for c in range(grid.cols)],
                 [block("B", grid.rank(r, col)) for r in range(grid.rows)])
+
+    def _local_first(self, rank: int) -> tuple[list, int]:
+        """``rank``'s merged spans (:attr:`_ordered`), those whose A and B blocks both lie on this node first,
+        and how many those are.  A sum's order does not change what it is, only its rounding."""
+        grid = self.layout.grid
+        row, col = grid.coords(rank)
+        local = [grid.rank(row, span.a_root) in self._node_index and grid.rank(span.b_root, col) in self._node_index
+                 for span in self._spans[rank]]
+        spans = self._spans[rank]
+        return [s for s, here in zip(spans, local) if here] + [s for s, here in zip(spans, local) if not here], sum(local)
 
     def _gather_buffers(self):
         """The whole operands of :attr:`gather` (empty lists where none), and the copies that fill them.
@@ -549,12 +568,14 @@ class DynamicEngine:
             if not whole and source != self.topo.rank:
                 self.bytes_by_pair[(source, self.topo.rank, self.peers.path)] += part.nbytes
 
-    def _tile(self, owner: int, row0: int, row1: int, stream) -> None:
-        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, one GEMM per merged step; counts the bytes read
+    def _tile(self, owner: int, row0: int, row1: int, stream, first: int = 0, stop: int | None = None) -> None:
+        """Queue ``owner``'s C rows ``row0:row1`` = their A rows · B, one GEMM per merged step (:attr:`_ordered`'s
+        ``first:stop`` of them: a first tile's GEMMs may be queued in two parts); counts the bytes read
         from other ranks' blocks (:attr:`bytes_by_pair`)."""
         a_blocks, b_blocks = self._sources[owner]
         c = self._views[owner][2][row0:row1]
-        for s, span in enumerate(self._spans[owner]):
+        spans = self._ordered[owner][0]
+        for s, span in enumerate(spans[first:stop], first):
             (a_block, a_owner), (b_block, b_owner) = a_blocks[span.a_root], b_blocks[span.b_root]
             a = a_block[row0:row1, span.a_offset:span.a_offset + span.width]
             b = b_block[span.b_offset:span.b_offset + span.width]
@@ -582,21 +603,30 @@ class DynamicEngine:
         self.joined = reports[self.worker_of[me]][0]
         start = perf_counter()
         product_start = backend.event(stream)
-        copied = self._copy_in()
         moves = self._handoffs([work for _, work in reports])
         limit = {owner: len(self.tiles[owner]) - sum(move.owner == owner for move in moves) for owner in self.node_ranks}
-        handed = self._send_handed(moves)
         one, got = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
-        done = []  # (owner, tile, start event, end event)
+        computes = me in self.workers or self.joined
+        # Over several nodes the rank's first tile starts on its GEMMs that read this node's blocks alone, while
+        # the other nodes' blocks are copied in: (tile, start event, event where those GEMMs end) or None.
+        early = self._early_tile(limit[me], one, got, stream) if computes else None
+        copied = self._copy_in()
+        handed = self._send_handed(moves)
+        done = []  # (owner, tile, start event, end event, (pause's start event, its end event) or None)
         size = len(self.node_ranks)
         # A joined product: the worker keeps no more tiles queued than the ranks that join it.
         queued = QUEUED_TILES if self.joined else self.queued
-        computes = me in self.workers or self.joined
         owners = [self.node_ranks[(mine + shift) % size] for shift in range(size)] if computes else []
         gathered = self._gather(product_start) if self.gather else None
         for owner in owners:
             tiles = self.tiles[owner]
             while True:
+                if early is not None:  # its other GEMMs, now that the copies are in
+                    index, begin, paused = early
+                    early, resumed = None, backend.event(stream)
+                    self._tile(owner, *tiles[index], stream, first=self._ordered[owner][1])
+                    done.append((owner, index, begin, backend.event(stream), (paused, resumed)))
+                    continue
                 # A GPU runs behind its host: claim a tile only once the device has fewer than
                 # `queued` left, so that the tiles go to the ranks whose device is free, not whose
                 # host is fast.
@@ -613,12 +643,12 @@ class DynamicEngine:
                     self._whole_tile(owner, *tiles[index], stream)
                 else:
                     self._tile(owner, *tiles[index], stream)
-                done.append((owner, index, begin, backend.event(stream)))
+                done.append((owner, index, begin, backend.event(stream), None))
         results = {}
         for move, a_rows in handed:
             begin = backend.event(stream)
             results[move] = self._handed_tile(move, a_rows, stream)
-            done.append((move.owner, move.tile, begin, backend.event(stream)))
+            done.append((move.owner, move.tile, begin, backend.event(stream), None))
         backend.synchronize()
         self._return_handed(moves, results)
         product_end = backend.event(stream)
@@ -627,25 +657,49 @@ class DynamicEngine:
         if me in self.workers and len(self.node_workers) < size:
             self.joined = self.join_rule.record(perf_counter() - start)
         if self.handing:
-            span = backend.elapsed(done[0][2], done[-1][3]) if done else 0.0
-            flops = sum(self._costs[owner][index].flops for owner, index, _, _ in done)
+            # The node's rate counts its GEMMs' time, not the wait for the copies inside its first tile.
+            span = backend.elapsed(done[0][2], done[-1][3]) - sum(map(self._paused, done)) if done else 0.0
+            flops = sum(self._costs[owner][index].flops for owner, index, *_ in done)
             self._last_work = (span, flops, *copied)
         return self._times(product_start, product_end, done, start)
+
+    def _early_tile(self, limit: int, one: np.ndarray, got: np.ndarray, stream):
+        """Several nodes: claim this rank's first tile and queue its GEMMs that read this node's blocks alone,
+        before the copies of the other nodes' blocks (:meth:`_copy_in`), so that the device works while they
+        arrive; returns ``(tile, start event, event after those GEMMs)``, or ``None`` where there is nothing
+        to start (one node, no such GEMM, a lone worker's gathered operands, or no tile left to this node)."""
+        me = self.topo.rank
+        if not (self._copy_comms and EARLY_LOCAL_GEMMS[self.backend.on_gpu]) or self.gather or not self._ordered[me][1]:
+            return None
+        index = self._claim(me, one, got)
+        if index >= limit:  # its tiles all went to other nodes; the loop's next claim finds none either
+            return None
+        begin = self.backend.event(stream)
+        self._tile(me, *self.tiles[me][index], stream, stop=self._ordered[me][1])
+        return index, begin, self.backend.event(stream)
+
+    def _paused(self, entry) -> float:
+        """Seconds a tile of ``done`` waited between its two parts (:meth:`_early_tile`): no GEMM of it ran."""
+        pause = entry[4]
+        return self.backend.elapsed(*pause) if pause is not None else 0.0
 
     def _times(self, product_start, product_end, done, start: float) -> DynamicTimes:
         elapsed = self.backend.elapsed
         steps = np.zeros((self.steps, 3))
         host = np.zeros(self.steps)
         rows, tiles, previous = [], [], 0.0
-        for i, (owner, index, begin, end) in enumerate(done):
+        for i, entry in enumerate(done):
+            owner, index, begin, end, _ = entry
             t0, t1 = elapsed(product_start, begin), elapsed(product_start, end)
-            steps[i, 0] = t1 - t0
+            steps[i, 0] = t1 - t0 - self._paused(entry)
             host[i] = max(0.0, t0 - previous)
             previous = t1
             row0, row1 = self.tiles[owner][index]
-            tiles.append((owner, index, row0, row1, t1 - t0))
-            if self.record_timeline:
-                rows.append((0, 0, i, t0, t1))
+            tiles.append((owner, index, row0, row1, steps[i, 0]))
+            if self.record_timeline:  # a tile in two parts is two boxes, the copies' wait between them
+                pause = entry[4]
+                cuts = (t0, elapsed(product_start, pause[0]), elapsed(product_start, pause[1]), t1) if pause else (t0, t1)
+                rows.extend((0, 0, i, cuts[j], cuts[j + 1]) for j in range(0, len(cuts), 2))
         timeline = np.array(rows, dtype=np.float64).reshape(-1, 5) if self.record_timeline else None
         return DynamicTimes(elapsed(product_start, product_end), steps, timeline, start, host, tiles)
 

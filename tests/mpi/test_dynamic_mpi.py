@@ -229,3 +229,117 @@ def test_blocks_and_tiles_cross_nodes_staged_through_host_buffers(mpi_tmp_path, 
         assert any(int(r["rank"]) != int(r["owner"]) for r in rows), "no tile moved between nodes"
 
     on_rank0(check)
+
+
+def _early_gemms(monkeypatch, early: int, record: list) -> None:
+    """Run the first tile's early GEMMs on CPUs too (``early``), and record per product the GEMMs this rank
+    ran before its copies of other nodes' blocks; the copies are NaN at each product's start (the last
+    product's would still be right), so that a GEMM that read one before it arrived spoils C."""
+    import numpy as np
+
+    from hpcmm.execution import dynamic
+
+    monkeypatch.setitem(dynamic.EARLY_LOCAL_GEMMS, False, early)
+    real_multiply, real_copy_in, real_gemm = (dynamic.DynamicEngine.multiply, dynamic.DynamicEngine._copy_in,
+                                              CpuBackend.gemm)
+    state = {"copied": True}
+
+    def multiply(self):
+        for offset, size in self._copies[self.topo.rank].values():
+            self._flat(self.topo.rank)[offset:offset + size] = np.nan
+        record.append(0)
+        state["copied"] = False
+        return real_multiply(self)
+
+    def copy_in(self):
+        state["copied"] = True
+        return real_copy_in(self)
+
+    def gemm(self, *args, **kwargs):
+        if not state["copied"]:
+            record[-1] += 1
+        return real_gemm(self, *args, **kwargs)
+
+    monkeypatch.setattr(dynamic.DynamicEngine, "multiply", multiply)
+    monkeypatch.setattr(dynamic.DynamicEngine, "_copy_in", copy_in)
+    monkeypatch.setattr(CpuBackend, "gemm", gemm)
+
+
+@pytest.mark.parametrize("grid", ["Px1", "1xP", "auto"])
+@pytest.mark.parametrize("ranks_per_node", [1, 2])
+def test_a_first_tile_starts_on_its_nodes_blocks_while_the_copies_arrive(mpi_tmp_path, monkeypatch, grid,
+                                                                         ranks_per_node):
+    """Over several nodes, where a device can overlap them (here forced on CPUs), a rank runs the GEMMs of its
+    first tile that read its node's blocks alone before it copies in the other nodes' blocks, in every product,
+    and none of them reads a copy before it arrived (C is right, the copies NaN until then).  On one grid row or
+    column every rank's first tile has such GEMMs (the operand the grid does not cut lies whole on the rank, the
+    other's own block beside it); on a grid of both, rank 0's does (its A and B blocks cover the same k)."""
+    if P <= ranks_per_node:
+        pytest.skip("needs 2 nodes")
+    before = []
+    _early_gemms(monkeypatch, 1, before)
+    m, n, k = 37 * P + 5, 29, 3 * P + 40
+    run_and_compare(mpi_tmp_path, m=m, n=n, k=k, balance="dynamic", ranks_per_node=ranks_per_node, iters=3,
+                    warmup=1, panel=8, grid={"Px1": (P, 1), "1xP": (1, P), "auto": None}[grid])
+    started = len(before) == 4 and min(before) >= 1
+    everywhere(started or (grid == "auto" and RANK != 0), f"GEMMs before the copies, per product: {before}")
+
+
+def test_a_cpu_rank_copies_before_it_multiplies(mpi_tmp_path, monkeypatch):
+    """On CPUs a rank's GEMMs would run before its blocks go out and keep the other nodes waiting: none runs
+    before the copies (the default)."""
+    if P < 2:
+        pytest.skip("needs 2 ranks")
+    before = []
+    _early_gemms(monkeypatch, 0, before)
+    run_and_compare(mpi_tmp_path, m=23 * P + 3, n=19, k=31, balance="dynamic", ranks_per_node=1, iters=2)
+    everywhere(before == [0, 0], f"GEMMs before the copies, per product: {before}")
+
+
+def test_the_wait_for_the_copies_is_no_tiles_time(mpi_tmp_path, monkeypatch):
+    """The first tile's two parts lie either side of the copies: its seconds in /timings/tiles (and its step's)
+    count its GEMMs, not the wait between them, which the product's time does hold; the timeline draws it as
+    two boxes.  The copies take 1000 s
+    of a clock that jumps (the host clock the CPU's events read, moved on by the copy)."""
+    if P < 2:
+        pytest.skip("needs 2 ranks")
+    import time as real_time
+
+    from hpcmm.execution import backend as backend_module
+    from hpcmm.execution import dynamic
+
+    monkeypatch.setitem(dynamic.EARLY_LOCAL_GEMMS, False, 1)
+    jump = {"by": 0.0}
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            return real_time.perf_counter() + jump["by"]
+
+        def __getattr__(self, name):
+            return getattr(real_time, name)
+
+    monkeypatch.setattr(backend_module, "time", Clock())
+    real_copy_in = dynamic.DynamicEngine._copy_in
+
+    def copy_in(self):
+        jump["by"] += 1000.0
+        return real_copy_in(self)
+
+    monkeypatch.setattr(dynamic.DynamicEngine, "_copy_in", copy_in)
+    result = run_and_compare(mpi_tmp_path, m=40 * P + 7, n=21, k=33, balance="dynamic", ranks_per_node=1,
+                             iters=2, timeline=True)
+    everywhere(result.summary["ranks"] == P)
+
+    def check():
+        rows, _ = _tiles(mpi_tmp_path / "result.h5")
+        assert len(rows) and max(float(r["seconds"]) for r in rows) < 1000.0, rows
+        with h5py.File(mpi_tmp_path / "result.h5", "r") as f:
+            gemm_seconds = f["timings/step_seconds"][..., 0]
+            products = f["timings/iteration_seconds"][()]
+            boxes = f["timeline/events"][()]
+        assert float(gemm_seconds.max()) < 1000.0
+        assert len(boxes) > len(rows) and float((boxes[:, 6] - boxes[:, 5]).max()) < 1000.0  # two boxes a first tile
+        assert float(products.min()) >= 1000.0, products
+
+    on_rank0(check)
