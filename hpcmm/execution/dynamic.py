@@ -19,8 +19,8 @@ between nodes stays as the ``share`` blocks cut it, and each node balances its o
 start of each product every rank copies in, through MPI (:func:`~hpcmm.execution.transport.channel.select_paths`),
 the A blocks of its grid row and the B blocks of its grid column that lie on other nodes, into its
 shared buffer, where its node's ranks read them for its tiles (the bytes SUMMA would move between
-nodes, moved before the tiles instead of under them; on a GPU each rank's first tile runs its GEMMs that
-read its node's blocks alone while they move, :data:`EARLY_LOCAL_GEMMS`).  A lone worker, where the operands fit twice,
+nodes, moved before the tiles instead of under them; :data:`EARLY_LOCAL_GEMMS` starts each rank's first
+tile on its node's blocks while they move).  A lone worker, where the operands fit twice,
 first gathers the operands whose k the grid cuts (:func:`~hpcmm.planning.choices.lone_worker_gather`)
 into one buffer each, on the communication stream while its first tile runs from the owners'
 blocks; every later tile is then one GEMM over the whole of k.  The product ends when every rank has
@@ -67,10 +67,12 @@ JOIN_SLOWDOWN = 1.3
 #: While they compute, every this many products the worker runs one alone again: the GPU may be free.
 RETRY_ALONE = 8
 #: Over several nodes, whether a rank queues the GEMMs of its first tile that read its node's blocks alone
-#: before it copies in the other nodes' blocks (GPU, CPU): a GPU runs them while MPI moves the copies; a CPU
-#: would run them first and keep the other nodes waiting for its blocks, so it does not (tests set it to
-#: run the path on CPUs).
-EARLY_LOCAL_GEMMS = {True: 1, False: 0}
+#: before it copies in the other nodes' blocks (GPU, CPU), so that the device works while they arrive.  Off:
+#: where MPI waits for the device's queued work before it sends, every node waits for the slowest node's
+#: early GEMMs (two virtual nodes on one H100 under MPS at 25 %/75 % of the SMs, CUDA-aware Open MPI:
+#: 38.1 TFLOP/s against 46.9 without, docs/performance.md); a CPU would run them before its blocks go
+#: out.  tests/gpu/dynamic_check.sh's ``dynamic-early`` turns it on for a comparison, tests on CPUs.
+EARLY_LOCAL_GEMMS = {True: 0, False: 0}
 #: Over several nodes, whether tiles change node between products where the estimate says it pays
 #: (:mod:`hpcmm.planning.handoff`); 0 keeps each node to its own tiles (tests/gpu/with_setting.py sets it
 #: for a comparison).

@@ -144,6 +144,8 @@ product_checks() {  # product_checks MODE EXTRA_ARGS...   (2 and 8 ranks on the 
   # --balance dynamic over (virtual) nodes: the blocks of other nodes copied in, tiles moved between nodes
   check "$mode" n4-rpn2-dynamic-full 0 "ipc,$cross" -- mpiexec -n 4 $py -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 2 --balance dynamic --iters 3 --verify full "$@" --quiet
   check "$mode" n2-rpn1-dynamic-full 0 "$cross" -- mpiexec -n 2 $py -m hpcmm --m 4099 --n 3001 --k 2001 --ranks-per-node 1 --grid 2x1 --balance dynamic --iters 3 --verify full "$@" --quiet
+  # the same with each first tile started on its node's blocks before the copies (off by default)
+  check "$mode" n4-rpn2-dynamic-early-full 0 "ipc,$cross" -- mpiexec -n 4 $py tests/gpu/with_setting.py "execution.dynamic.EARLY_LOCAL_GEMMS[True]=1" -- --m 4099 --n 3001 --k 2001 --ranks-per-node 2 --balance dynamic --iters 3 --verify full "$@" --quiet
 }
 
 bench() {  # bench NAME NRANKS CASES [OPTIONS]   (uses $mode of the caller)

@@ -41,8 +41,8 @@
 # A balance written dynamicQ (dynamic2, say) is --balance dynamic with Q tiles queued per worker,
 # dynamic-even (or dynamicQ-even) with even tiles, dynamic-tpT (dynamic-even-tp8) with T tiles per worker,
 # dynamic-nogather with a lone worker's tiles read from the owners' blocks, dynamic-dec (dynamic-tp16-dec) with decreasing tiles,
-# dynamic-nohandoff with no tile moved between nodes, dynamic-noearly with no GEMM queued before the copies of
-# other nodes' blocks (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
+# dynamic-nohandoff with no tile moved between nodes, dynamic-early with the GEMMs of a first tile that read its node's
+# blocks queued before the copies of other nodes' blocks (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
 # (default "share measured dynamic"), DYN_CPU_BALANCES (default "share measured product dynamic")
 # and DYN_CO_VARIANTS take them, for A/B runs in one call.
 # Each run's row goes to $OUT/rows.tsv (round, case, ranks, n, balance, rc, TFLOP/s, imbalance,
@@ -78,9 +78,9 @@ failed=0
 # worker; -even: even tiles; -tpT: T tiles per worker, GPU and CPU alike; -nogather: a lone worker
 # reads the owners' blocks, no whole operands)
 hpcmm_cmd() {
-  if [[ $1 =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?(-nogather)?(-dec)?(-nohandoff)?(-noearly)?$ ]] && [ "$1" != dynamic ]; then
+  if [[ $1 =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?(-nogather)?(-dec)?(-nohandoff)?(-early)?$ ]] && [ "$1" != dynamic ]; then
     local set=()
-    [ -n "${BASH_REMATCH[8]}" ] && set+=("execution.dynamic.EARLY_LOCAL_GEMMS[True]=0")
+    [ -n "${BASH_REMATCH[8]}" ] && set+=("execution.dynamic.EARLY_LOCAL_GEMMS[True]=1")
     [ -n "${BASH_REMATCH[7]}" ] && set+=(execution.dynamic.NODE_HANDOFFS=0)
     [ -n "${BASH_REMATCH[6]}" ] && set+=(planning.choices.TILE_CUT=decreasing)
     [ -n "${BASH_REMATCH[5]}" ] && set+=(planning.choices.LONE_WORKER_GATHER=0)

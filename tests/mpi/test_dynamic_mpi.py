@@ -285,9 +285,9 @@ def test_a_first_tile_starts_on_its_nodes_blocks_while_the_copies_arrive(mpi_tmp
     everywhere(started or (grid == "auto" and RANK != 0), f"GEMMs before the copies, per product: {before}")
 
 
-def test_a_cpu_rank_copies_before_it_multiplies(mpi_tmp_path, monkeypatch):
-    """On CPUs a rank's GEMMs would run before its blocks go out and keep the other nodes waiting: none runs
-    before the copies (the default)."""
+def test_by_default_a_rank_copies_before_it_multiplies(mpi_tmp_path, monkeypatch):
+    """No GEMM runs before the copies where the early GEMMs are off (the default: a rank's GEMMs could keep the
+    other nodes waiting for its blocks)."""
     if P < 2:
         pytest.skip("needs 2 ranks")
     before = []
