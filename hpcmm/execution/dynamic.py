@@ -362,10 +362,10 @@ class DynamicEngine:
         and how many those are.  A sum's order does not change what it is, only its rounding."""
         grid = self.layout.grid
         row, col = grid.coords(rank)
-        local = [grid.rank(row, span.a_root) in self._node_index and grid.rank(span.b_root, col) in self._node_index
-                 for span in self._spans[rank]]
         spans = self._spans[rank]
-        return [s for s, here in zip(spans, local) if here] + [s for s, here in zip(spans, local) if not here], sum(local)
+        here = [grid.rank(row, span.a_root) in self._node_index and grid.rank(span.b_root, col) in self._node_index
+                for span in spans]
+        return [s for s, h in zip(spans, here) if h] + [s for s, h in zip(spans, here) if not h], sum(here)
 
     def _gather_buffers(self):
         """The whole operands of :attr:`gather` (empty lists where none), and the copies that fill them.
@@ -609,8 +609,9 @@ class DynamicEngine:
         limit = {owner: len(self.tiles[owner]) - sum(move.owner == owner for move in moves) for owner in self.node_ranks}
         one, got = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         computes = me in self.workers or self.joined
-        # Over several nodes the rank's first tile starts on its GEMMs that read this node's blocks alone, while
-        # the other nodes' blocks are copied in: (tile, start event, event where those GEMMs end) or None.
+        # Where EARLY_LOCAL_GEMMS is on, over several nodes, the rank's first tile starts on its GEMMs that read
+        # this node's blocks alone while the other nodes' blocks are copied in: (tile, start event, event where
+        # those GEMMs end) or None.
         early = self._early_tile(limit[me], one, got, stream) if computes else None
         copied = self._copy_in()
         handed = self._send_handed(moves)
@@ -700,7 +701,7 @@ class DynamicEngine:
             tiles.append((owner, index, row0, row1, steps[i, 0]))
             if self.record_timeline:  # a tile in two parts is two boxes, the copies' wait between them
                 pause = entry[4]
-                cuts = (t0, elapsed(product_start, pause[0]), elapsed(product_start, pause[1]), t1) if pause else (t0, t1)
+                cuts = (t0, t1) if pause is None else (t0, *(elapsed(product_start, e) for e in pause), t1)
                 rows.extend((0, 0, i, cuts[j], cuts[j + 1]) for j in range(0, len(cuts), 2))
         timeline = np.array(rows, dtype=np.float64).reshape(-1, 5) if self.record_timeline else None
         return DynamicTimes(elapsed(product_start, product_end), steps, timeline, start, host, tiles)
