@@ -167,3 +167,26 @@ def test_the_largest_square_counts_a_gpu_as_a_gpu():
     largest = {(kind, nodes): memory_by_device(rows, "1x3", nodes)[0][2]["float64"]
                for kind, rows in (("gpu", gpu), ("cpu", cpu)) for nodes in (1,)}
     assert largest[("gpu", 1)] != largest[("cpu", 1)]
+
+
+@pytest.mark.parametrize("gpus, shown, oversubscribed, n, note", [
+    # 8 ranks on GPU 0 (index 0 is a GPU), strips of 2048 columns: float64 takes one process row
+    ([0] * 8, "4x2", True, 16384, "; float64 runs take 1x8 (HPCMM_GRID_ORIENTATION=auto)"),
+    # the same with strips of 750 columns, too narrow for one row: float64 stands tall
+    ([0] * 8, "4x2", True, 6001, "; float64 runs take 2x4 (HPCMM_GRID_ORIENTATION=auto)"),
+    # 16 ranks on GPU 0: more than one row takes; tall is the 4x4 shown
+    ([0] * 16, "4x4", True, 16384, ""),
+    # a rank on each of eight GPUs: float64 stands tall, and shares no GPU, so takes no row
+    (list(range(8)), "4x2", False, 16384, "; float64 runs take 2x4 (HPCMM_GRID_ORIENTATION=auto)"),
+    # CPU ranks on a host of more ranks than cores: wide whatever the type
+    ([-1] * 8, "4x2", True, 16384, ""),
+])
+def test_the_note_of_a_grid_that_faces_otherwise(gpus, shown, oversubscribed, n, note):
+    """The note after the process grid says which element types take another default grid than the one shown
+    (the wide one), by the planner's rules: GPUs or not (GPU 0 counts), shared or not, how many ranks, how wide
+    C's strips are."""
+    from hpcmm.cli.info import _turned_note
+
+    facts = {"rows": [{"gpu_index": gpu} for gpu in gpus], "grid": shown, "nodes": 1,
+             "oversubscribed": {"n1": len(gpus)} if oversubscribed else {}}
+    assert _turned_note(RunConfig(device="cpu", n=n), facts) == note
