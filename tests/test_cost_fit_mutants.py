@@ -70,6 +70,12 @@ def test_fit_link_keeps_a_rate_where_larger_transfers_ran_faster():
     assert model.fit_link(samples) == ((1 << 26) / 1e-3 / 1e9, 0.0)
 
 
+def test_fit_link_of_times_that_do_not_grow_with_the_size_is_the_largest_transfers_rate():
+    """Equal times for two sizes fit a slope of rounding error, not a rate of 1e16 GB/s: the largest alone."""
+    assert model.fit_link([(1e6, 1e-3), (2e6, 1e-3)]) == (2.0, 0.0)
+    assert model.fit_link([(1e6, 1e-3), (2e6, 1e-3), (4e6, 1e-3 * (1 + 1e-9))]) == (pytest.approx(4.0 / (1 + 1e-9)), 0.0)
+
+
 def test_fit_link_takes_no_negative_latency():
     samples = [(b, -5e-6 + b / 10e9) for b in (1 << 20, 1 << 24)]
     gbps, lat = model.fit_link(samples)

@@ -1298,6 +1298,11 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
 # -- calibration: fitting measured figures ---------------------------------------------
 
 
+#: The least share of the largest transfer's time that :func:`fit_link`'s bytes term must explain for its rate to be
+#: one the samples measured.
+LINK_SLOPE_NOISE = 1e-6
+
+
 def fit_link(samples) -> tuple[float, float]:
     """``(GB/s, latency µs)`` of ``t = latency + bytes / rate`` from ``(bytes, seconds)`` pairs.
 
@@ -1313,8 +1318,10 @@ def fit_link(samples) -> tuple[float, float]:
     w = 1.0 / t
     a = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
     (lat, inv), *_ = np.linalg.lstsq(a, t * w, rcond=None)
-    if inv <= 0:  # noise: rate from the largest transfer alone
-        big = np.argmax(x)
+    big = np.argmax(x)
+    # Noise: a slope of zero or less, or one whose bytes explain almost none of the largest transfer's time (times
+    # that do not grow with the size fit a slope of rounding error, about 1e-26 s a byte): the largest alone.
+    if inv * x[big] <= LINK_SLOPE_NOISE * t[big]:
         return float(x[big] / t[big] / 1e9), 0.0
     return float(1.0 / inv / 1e9), float(max(lat, 0.0) * 1e6)
 
