@@ -974,6 +974,12 @@ def test_machine_mismatch_names_both_machines():
     assert model.machine_mismatch(["cupy"], [""], h200) == ""
 
 
+def test_machine_mismatch_takes_no_nvlink_count_for_a_gpu_model():
+    """The built-in h200x2 says "(NV18 NVLink)": the warning names the GPUs it describes, not the link."""
+    assert model.machine_mismatch(["cupy"], ["NVIDIA A100-SXM4-80GB"], model.load_machine("h200x2")) == \
+        "made on NVIDIA A100-SXM4-80GB, but h200x2 describes H200"
+
+
 # -- --shapes and a file's grid --------------------------------------------------------------------------------
 def test_shapes_are_read_as_m_n_w_triples():
     assert model.parse_shapes("8192x4096x2048, 16384X2048x2048") == [(8192, 4096, 2048), (16384, 2048, 2048)]

@@ -1783,8 +1783,9 @@ class CheckRow:
         return self.predicted / self.measured - 1
 
 
-#: A GPU model in a name (H200, A100, P100, MI250): what a description and a file's GPUs are compared by.
-_GPU_MODEL = re.compile(r"(?<![a-z0-9])([a-z]{1,2}\d{2,4})", re.I)
+#: A GPU model in a name (H200, A100, P100, MI250): what a description and a file's GPUs are compared by; not an
+#: NVLink count as ``nvidia-smi topo`` writes it (NV18).
+_GPU_MODEL = re.compile(r"(?<![a-z0-9])(?!nv\d)([a-z]{1,2}\d{2,4})", re.I)
 
 
 def machine_mismatch(backends, gpu_names, machine: Machine) -> str:
@@ -1799,6 +1800,8 @@ def machine_mismatch(backends, gpu_names, machine: Machine) -> str:
     'made on CPUs (numpy), but h200x2 describes GPUs'
     >>> machine_mismatch(["cupy"], ["NVIDIA A100-SXM4-80GB"], h200)
     'made on NVIDIA A100-SXM4-80GB, but h200x2 describes H200'
+    >>> machine_mismatch(["cupy"], ["NVIDIA A100"], Machine("h200x2", description="2 x H200 (NV18 NVLink)"))
+    'made on NVIDIA A100, but h200x2 describes H200'
     >>> machine_mismatch(["cupy"], ["NVIDIA H200"], h200), machine_mismatch(["cupy"], ["NVIDIA A100"], Machine("mine"))
     ('', '')
     """
