@@ -363,7 +363,11 @@ def _read_json(flag: str, path: str, what: str):
 def _number(value, *, whole: bool = False) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
-    return isinstance(value, int) if whole else math.isfinite(value)
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer past a float's range: no number the model can compute with
+        return False
+    return isinstance(value, int) if whole else finite
 
 
 def _rows_of_numbers(value, width: int) -> bool:
@@ -810,7 +814,8 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
 
 
 def _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host):
-    per_host = ranks_per_host or min(ranks, machine.devices_per_node)
+    # Ranks on a host as place() puts them: every rank on a one-host machine.
+    per_host = ranks_per_host or (ranks if machine.hosts == 1 else min(ranks, machine.devices_per_node))
     node = ranks_per_node or per_host
     out = ["summa", "split-relay"]
     out += [f"2.5d:{c}" for c in (2, 4, 8) if node % c == 0 and per_host % c == 0 and ranks % c == 0]
