@@ -492,6 +492,11 @@ class Placement:
     ranks_per_node: int
 
 
+def _default_ranks_per_host(ranks: int, machine: Machine) -> int:
+    """The ranks of a host where none are given: every rank on a one-host machine, else one a device."""
+    return ranks if machine.hosts == 1 else min(ranks, machine.devices_per_node)
+
+
 def place(ranks: int, machine: Machine, ranks_per_node: int | None = None,
           ranks_per_host: int | None = None) -> Placement:
     """Ranks fill hosts in order; ``ranks_per_node`` cuts each host into virtual nodes (``--ranks-per-node``).
@@ -500,7 +505,7 @@ def place(ranks: int, machine: Machine, ranks_per_node: int | None = None,
     picks it), its NIC the same modulo the NICs.
     """
     if ranks_per_host is None:
-        ranks_per_host = ranks if machine.hosts == 1 else min(ranks, machine.devices_per_node)
+        ranks_per_host = _default_ranks_per_host(ranks, machine)
     if ranks_per_host < 1:
         raise InputError(f"--ranks-per-host={ranks_per_host}: must be at least 1")
     if machine.hosts and -(-ranks // ranks_per_host) > machine.hosts:
@@ -814,8 +819,7 @@ def predict(problem: Problem, ranks: int, machine: Machine, *, ranks_per_node: i
 
 
 def _auto_candidates(ranks, machine, ranks_per_node, ranks_per_host):
-    # Ranks on a host as place() puts them: every rank on a one-host machine.
-    per_host = ranks_per_host or (ranks if machine.hosts == 1 else min(ranks, machine.devices_per_node))
+    per_host = ranks_per_host or _default_ranks_per_host(ranks, machine)
     node = ranks_per_node or per_host
     out = ["summa", "split-relay"]
     out += [f"2.5d:{c}" for c in (2, 4, 8) if node % c == 0 and per_host % c == 0 and ranks % c == 0]
@@ -1250,7 +1254,7 @@ def _predict_25d(problem, ranks, machine, algo, ranks_per_node, ranks_per_host, 
     block from c-1 peers and adds).  Inputs need no replication (each layer
     owns its k range); the memory price is a whole partial C per rank.
     """
-    per_host = ranks_per_host or (ranks if machine.hosts == 1 else min(ranks, machine.devices_per_node))
+    per_host = ranks_per_host or _default_ranks_per_host(ranks, machine)
     # Layers cut every (virtual) node: layer l is its node-local ranks [l·q, (l+1)·q)
     # (hpcmm.planning.algorithms.layers, the rule the run uses).
     node = ranks_per_node or per_host
@@ -1581,8 +1585,8 @@ def check_problem(prob: Problem, ranks: int, machine: Machine, *, panel: int | N
     if ranks > MOST_RANK_STEPS:
         raise InputError(f"{where}--ranks={ranks}: more than the {MOST_RANK_STEPS} ranks the model places")
     operands = (prob.m * prob.k + prob.k * prob.n + prob.m * prob.n) * prob.itemsize
-    # The devices the ranks sit on (place()'s rule): every rank on one host of a one-host machine.
-    per_host = ranks_per_host or (ranks if machine.hosts == 1 else min(ranks, machine.devices_per_node))
+    # The devices the ranks sit on (place()'s rule).
+    per_host = ranks_per_host or _default_ranks_per_host(ranks, machine)
     devices = min(ranks, -(-ranks // max(1, per_host)) * machine.devices_per_node)
     held = devices * machine.memory_gib * 2**30
     widest = panel or (min(NARROWEST_FALLBACK, prob.k) if operands > held else prob.k if ranks == 1 else GPU_PANEL)
