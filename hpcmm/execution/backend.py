@@ -22,6 +22,7 @@ import numpy as np
 
 from ..dtypes import host_matmul, is_bfloat16
 from ..errors import InputError
+from . import host_blas
 
 __all__ = ["Backend", "CpuBackend", "GpuBackend", "gpu_count", "host_memory", "make_backend", "orders"]
 
@@ -310,6 +311,11 @@ class Backend(abc.ABC):
         """Release what the backend holds (streams, pools, scratch buffers)."""
 
 
+# A CPU's ``C += A·B`` as one BLAS call with beta = 1 where numpy's BLAS allows it (:mod:`.host_blas`), not a
+# GEMM into scratch followed by numpy's one-thread add.
+ACCUMULATE_IN_BLAS = True
+
+
 class CpuBackend(Backend):
     """numpy on the host; BLAS does the GEMM.
 
@@ -382,6 +388,8 @@ class CpuBackend(Backend):
             return
         if not accumulate:
             np.matmul(a, b, out=c)
+            return
+        if ACCUMULATE_IN_BLAS and host_blas.accumulate(a, b, c):
             return
         key = (c.shape, c.dtype.str)
         tmp = self._scratch.get(key)

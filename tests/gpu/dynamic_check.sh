@@ -42,7 +42,8 @@
 # dynamic-even (or dynamicQ-even) with even tiles, dynamic-tpT (dynamic-even-tp8) with T tiles per worker,
 # dynamic-nogather with a lone worker's tiles read from the owners' blocks, dynamic-dec (dynamic-tp16-dec) with decreasing tiles,
 # dynamic-nohandoff with no tile moved between nodes, dynamic-early with the GEMMs of a first tile that read its node's
-# blocks queued before the copies of other nodes' blocks (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
+# blocks queued before the copies of other nodes' blocks, and any balance ending in -numpyadd (share-numpyadd,
+# dynamic-dec-numpyadd) with a CPU's C += A·B as a GEMM into scratch and numpy's add (tests/gpu/with_setting.py); DYN_SWEEP_BALANCES (default "share dynamic") and DYN_MPS_BALANCES
 # (default "share measured dynamic"), DYN_CPU_BALANCES (default "share measured product dynamic")
 # and DYN_CO_VARIANTS take them, for A/B runs in one call.
 # Each run's row goes to $OUT/rows.tsv (round, case, ranks, n, balance, rc, TFLOP/s, imbalance,
@@ -78,8 +79,12 @@ failed=0
 # worker; -even: even tiles; -tpT: T tiles per worker, GPU and CPU alike; -nogather: a lone worker
 # reads the owners' blocks, no whole operands)
 hpcmm_cmd() {
-  if [[ $1 =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?(-nogather)?(-dec)?(-nohandoff)?(-early)?$ ]] && [ "$1" != dynamic ]; then
-    local set=()
+  local balance=$1 set=()
+  if [[ $balance == *-numpyadd ]]; then  # any balance: a CPU's C += A·B through numpy's add, not BLAS's beta
+    balance=${balance%-numpyadd}
+    set+=(execution.backend.ACCUMULATE_IN_BLAS=0)
+  fi
+  if [[ $balance =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?(-nogather)?(-dec)?(-nohandoff)?(-early)?$ ]] && [ "$balance" != dynamic ]; then
     [ -n "${BASH_REMATCH[8]}" ] && set+=("execution.dynamic.EARLY_LOCAL_GEMMS[True]=1")
     [ -n "${BASH_REMATCH[7]}" ] && set+=(execution.dynamic.NODE_HANDOFFS=0)
     [ -n "${BASH_REMATCH[6]}" ] && set+=(planning.choices.TILE_CUT=decreasing)
@@ -88,9 +93,12 @@ hpcmm_cmd() {
     [ -n "${BASH_REMATCH[2]}" ] && set+=(planning.choices.TILE_CUT=even)
     [ -n "${BASH_REMATCH[4]}" ] && set+=("planning.choices.TILES_PER_RANK[True]=${BASH_REMATCH[4]}" \
                                          "planning.choices.TILES_PER_RANK[False]=${BASH_REMATCH[4]}")
-    echo "$py tests/gpu/with_setting.py ${set[*]} -- --balance dynamic"
+    balance=dynamic
+  fi
+  if ((${#set[@]})); then
+    echo "$py tests/gpu/with_setting.py ${set[*]} -- --balance $balance"
   else
-    echo "$py -m hpcmm --balance $1"
+    echo "$py -m hpcmm --balance $balance"
   fi
 }
 
