@@ -49,19 +49,21 @@ class _OpenBlas:
 
 
 def _operand(array: np.ndarray) -> tuple[int, int] | None:
-    """``(transpose flag, leading dimension)`` of a row- or column-major 2-D operand for a row-major
-    ``cblas_?gemm``, or None where neither of its strides is one element."""
+    """``(transpose flag, leading dimension)`` of an aligned row- or column-major 2-D operand for a
+    row-major ``cblas_?gemm``, or None where neither of its strides is one element.
+
+    Aligned, its strides are whole elements.  A dimension of extent one has a stride that means
+    nothing (numpy may give it anything, zero included): its leading dimension is the other extent.
+    """
     rows, cols = array.shape
-    item = array.itemsize
-    row_stride, col_stride = array.strides
-    # A dimension of extent one has a meaningless stride (numpy may give it anything).
-    if col_stride == item or cols == 1:
-        lead = row_stride // item if rows > 1 else cols
-        if row_stride % item == 0 and lead >= max(1, cols):
+    row_stride, col_stride = (stride // array.itemsize for stride in array.strides)
+    if col_stride == 1 or cols == 1:
+        lead = row_stride if rows > 1 else cols
+        if lead >= max(1, cols):
             return NO_TRANS, lead
-    if row_stride == item or rows == 1:
-        lead = col_stride // item if cols > 1 else rows
-        if col_stride % item == 0 and lead >= max(1, rows):
+    if row_stride == 1 or rows == 1:
+        lead = col_stride if cols > 1 else rows
+        if lead >= max(1, rows):
             return TRANS, lead
     return None
 
@@ -81,10 +83,10 @@ def _call(blas: _OpenBlas, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> bool:
         return False
     ldc = c.strides[0] // c.itemsize if m > 1 else n
     layout_a, layout_b = _operand(a), _operand(b)
-    if layout_a is None or layout_b is None or c.strides[0] % c.itemsize or ldc < n:
+    if layout_a is None or layout_b is None or ldc < n:
         return False
     (trans_a, lda), (trans_b, ldb) = layout_a, layout_b
-    if max(m, n, k, lda, ldb, ldc) > blas.limit:
+    if max(m, k, lda, ldb, ldc) > blas.limit:  # n <= ldc
         return False
     blas.gemms[dtype](ROW_MAJOR, trans_a, trans_b, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb,
                       1.0, c.ctypes.data, ldc)
