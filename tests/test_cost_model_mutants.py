@@ -152,6 +152,12 @@ CASES = {
                                          grid=(6, 2), cuda_aware=False),
     "gpu-2p5d-6-on-4-gpus": _case(Problem(2001, 1801, 40000), 6, rich(hosts=1), algo="2.5d:2"),
     "gpu-8-relay-p0": _case(Problem(4000, 3000, 5000), 8, rich(), ranks_per_node=4, grid=(1, 8), prefetch=0),
+    # the split relay with one rank a node: nothing crosses inside a node
+    "cpu-2-split-one-a-node": _case(Problem(1500, 1300, 1700), 2, cpu(), ranks_per_node=1, grid=(1, 2),
+                                    algo="split-relay"),
+    # a tall problem: a rank's A panel still gathers over IPC when its B panel has arrived
+    "gpu-8-split-tall-2x4": _case(Problem(8000, 1000, 4000), 8, rich(), ranks_per_node=4, grid=(2, 4),
+                                  algo="split-relay", prefetch=1),
 }
 
 #: What ``predict`` says of each case (tree of 2026-12-06).
@@ -452,6 +458,16 @@ FIGURES = {
         seconds=0.009340296, gemm_seconds=0.0006402960000000005, exposed_seconds=0.0087, extra_seconds=0.0,
         nic_bytes_max=80000000.0, nic_bytes_mean=40000000.0, nic_seconds_max=0.004,
         bytes_by_path={'ipc': 960000000.0, 'mpi': 160000000.0}, notes=()),
+    "cpu-2-split-one-a-node": dict(
+        grid='1x2', panel=213, prefetch=1, steps=11, algo='split-relay', ranks_per_node=1, ranks_per_host=2,
+        seconds=0.03706340000000001, gemm_seconds=0.0325874, exposed_seconds=0.0044760000000000095,
+        extra_seconds=0.0, nic_bytes_max=20400000.0, nic_bytes_mean=20400000.0, nic_seconds_max=0.00408,
+        bytes_by_path={'mpi': 20400000.0}, notes=()),
+    "gpu-8-split-tall-2x4": dict(
+        grid='2x4', panel=1000, prefetch=1, steps=7, algo='split-relay', ranks_per_node=4, ranks_per_host=4,
+        seconds=0.0024319874666666667, gemm_seconds=0.00037387226666666686, exposed_seconds=0.0020581152,
+        extra_seconds=0.0, nic_bytes_max=8000000.0, nic_bytes_mean=8000000.0, nic_seconds_max=0.0004,
+        bytes_by_path={'ipc': 768000000.0, 'mpi': 32000000.0}, notes=()),
 }
 
 

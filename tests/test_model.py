@@ -277,6 +277,15 @@ def test_fit_gemm_curve_refuses_what_it_cannot_fit():
         model.fit_gemm_curve(too_fast, "float64", 100.0)
 
 
+def test_fit_gemm_curve_looks_past_half_ks_that_give_no_positive_rate():
+    """A sample whose C passes take a little longer than it ran, beside a one-column product: with a half-k of 1
+    the least-squares rate is negative, with 512 positive.  The search keeps looking along half-k and fits."""
+    passes = 2 * 4096 * 4096 * 8 / 3000e9  # the accumulating sample's two passes over C at 3000 GB/s
+    samples = [(64, 64, 1, False, 1e-5), (4096, 4096, 4096, True, passes - 1e-7)]
+    fit = model.fit_gemm_curve(samples, "float64", 3000.0)
+    assert fit.tflops > 0 and fit.half_k == 512.0
+
+
 def test_fit_link():
     samples = [(b, 20e-6 + b / 50e9) for b in (1 << 20, 1 << 24, 1 << 28)]
     gbps, lat = model.fit_link(samples)
