@@ -77,22 +77,31 @@ def largest_square(kind: str, itemsize: int, grid: str, devices: list[list[dict]
         return sum(memory_needed(layout, r["rank"], itemsize, panel, slots, relayout, on_gpu)
                    for r in members)
 
+    def fits(n):
+        return all(total_at(n, n, n, members) <= min(r["free_bytes"] for r in members) for members in devices)
+
+    # The search's bound: doubled until it no longer fits (a job of much memory fits more than any fixed bound).
     top = 1 << 22
+    while fits(top):
+        top <<= 1
     return int(top * min(largest_fitting(lambda m, n, k, members=members: total_at(m, n, k, members),
                                          (top, top, top), min(r["free_bytes"] for r in members))
                          for members in devices))
 
 
-def memory_by_device(rows: list[dict], grid: str, nodes: int) -> list[tuple[str, list[dict], dict[str, int]]]:
+def memory_by_device(rows: list[dict], grid: str, nodes: int,
+                     grids: dict[str, str] | None = None) -> list[tuple[str, list[dict], dict[str, int]]]:
     """Each device (GPU, or a host's memory), its ranks, and the largest square problem per type it allows
-    (:func:`largest_square`, the same for every device: the job's)."""
+    (:func:`largest_square`, the same for every device: the job's), counted on the grid each type runs on
+    (``grids``, by type; ``grid`` where it does not say: :func:`kind_grids`)."""
     devices: dict = {}
     for r in rows:
         key, label = device_of(r)
         devices.setdefault(key, (label, []))[1].append(r)
     on_gpu = any(r["gpu_index"] >= 0 for r in rows)
     members = [m for _, m in devices.values()]
-    largest = {kind: largest_square(kind, itemsize, grid, members, on_gpu, nodes)
+    grids = grids or {}
+    largest = {kind: largest_square(kind, itemsize, grids.get(kind, grid), members, on_gpu, nodes)
                for kind, itemsize in LARGEST_KINDS.items()}
     return [(label, m, largest) for label, m in devices.values()]
 
@@ -116,18 +125,23 @@ def _mps_line(ranks: int, states: list) -> str:
     return f"{ranks} rank(s), {verdict} ({'; '.join(details)})"
 
 
-def _turned_note(config: RunConfig, facts: dict) -> str:
-    """Where a run's default grid faces otherwise than the one shown (float64 on GPUs of one node; one process
-    row where ranks share GPUs)."""
-    on_gpu = any(r["gpu_index"] >= 0 for r in facts["rows"])
+def kind_grids(config: RunConfig, facts: dict) -> dict[str, str]:
+    """The grid a run of each type of :data:`LARGEST_KINDS` takes by default: the one shown, or that grid
+    turned (float64 on GPUs of one node; one process row where ranks share GPUs); ``--grid`` fixes it."""
     if config.grid is not None:
-        return ""
+        return {kind: facts["grid"] for kind in LARGEST_KINDS}
+    on_gpu = any(r["gpu_index"] >= 0 for r in facts["rows"])
     rows, cols = (int(x) for x in facts["grid"].split("x"))
     shared = on_gpu and bool(facts.get("oversubscribed"))  # a host with more ranks than GPUs
     turned = {kind: oriented(rows, cols, facing(config.grid_orientation, kind, on_gpu=on_gpu, nodes=facts["nodes"],
                                                 shared=shared, ranks=rows * cols, n=config.n))
-              for kind in ("float64", "float32")}
-    notes = [f"{kind} runs take {grid}" for kind, grid in turned.items() if (grid.rows, grid.cols) != (rows, cols)]
+              for kind in LARGEST_KINDS}
+    return {kind: f"{grid.rows}x{grid.cols}" for kind, grid in turned.items()}
+
+
+def _turned_note(config: RunConfig, facts: dict) -> str:
+    """Where a run's default grid faces otherwise than the one shown (:func:`kind_grids`)."""
+    notes = [f"{kind} runs take {grid}" for kind, grid in kind_grids(config, facts).items() if grid != facts["grid"]]
     return f"; {', '.join(notes)} (HPCMM_GRID_ORIENTATION={config.grid_orientation})" if notes else ""
 
 
@@ -154,7 +168,7 @@ def info_main(config: RunConfig, comm: MPI.Comm) -> int:
               f"{v['nvmath_python'] or 'not installed (cublasGemmEx only; pip install nvmath-python)'}")
     print(f"h5py / HDF5        {v['h5py']} / {v['hdf5']} (parallel HDF5: {'yes' if facts['parallel_hdf5'] else 'no'})")
     print(f"numpy / Python     {v['numpy']} / {v['python']}")
-    memory = memory_by_device(facts["rows"], facts["grid"], facts["nodes"])
+    memory = memory_by_device(facts["rows"], facts["grid"], facts["nodes"], kind_grids(config, facts))
     for label, members, _ in memory:
         free, total = min(r["free_bytes"] for r in members), min(r["total_bytes"] for r in members)
         print(f"{'memory':<19}{label}: {free / 2**30:.1f} of {total / 2**30:.1f} GiB free, {len(members)} rank(s)")
