@@ -158,6 +158,38 @@ CASES = {
     # a tall problem: a rank's A panel still gathers over IPC when its B panel has arrived
     "gpu-8-split-tall-2x4": _case(Problem(8000, 1000, 4000), 8, rich(), ranks_per_node=4, grid=(2, 4),
                                   algo="split-relay", prefetch=1),
+    # MPS clients on two GPUs of one host, CUDA-aware broadcasts between virtual nodes whose leader shares the root's
+    # GPU (a copy inside the device) while other members of the column use the other GPU; prefetch 1, a ring of 2
+    "gpu-6-mps-aware-vnodes-2-gpus": _case(Problem(3000, 2600, 4000), 6,
+                                           rich(hosts=1, devices_per_node=2, local_gbps=300.0), ranks_per_host=6,
+                                           ranks_per_node=3, grid=(6, 1), mps=True, prefetch=1),
+    # hosts of 5, 5 and 2 ranks on two NICs each: a broadcast's members use the NICs least crowded by the other
+    # rows' receivers, and its slowest member sets the rate, not a rank outside it
+    "cpu-12-hosts-of-5-2-nics": _case(Problem(3000, 2600, 4000), 12, cpu(nics_per_node=2, devices_per_node=4),
+                                      ranks_per_host=5, ranks_per_node=2, grid=(3, 4)),
+    # staged broadcasts between virtual nodes of one GPU, slow IPC: a rank's pulls keep its stream busy
+    "gpu-6-one-gpu-staged-slow-ipc": _case(Problem(3000, 2600, 4000), 6,
+                                           rich(hosts=1, devices_per_node=1, nics_per_node=1, intra_gbps=0.5,
+                                                local_gbps=1.0), ranks_per_host=6, ranks_per_node=2, grid=(1, 6),
+                                           cuda_aware=False, prefetch=1),
+    # 2.5D on one host, staged: in a layer's 3 x 2 grid only one row spans its two virtual nodes
+    "gpu-2p5d-12-staged-one-host": _case(Problem(3000, 2600, 40000), 12, rich(hosts=1), ranks_per_host=12,
+                                         ranks_per_node=6, algo="2.5d:2", cuda_aware=False),
+    # the same GPU, CUDA-aware: a leader's panel is ready when its stream is free too
+    "gpu-6-one-gpu-aware-slow-ipc": _case(Problem(3000, 2600, 4000), 6,
+                                          rich(hosts=1, devices_per_node=1, nics_per_node=1, intra_gbps=0.5,
+                                               local_gbps=1.0), ranks_per_host=6, ranks_per_node=2, prefetch=1),
+    # hosts of 4 and 2 ranks on one GPU each, cut into nodes of 3 (the share balance reorders them): the first
+    # intra-node bytes of the product are a follower's pull
+    "gpu-6-hosts-of-4-nodes-of-3": _case(Problem(3000, 2600, 4000), 6, rich(devices_per_node=1, nics_per_node=1),
+                                         ranks_per_host=4, ranks_per_node=3, grid=(2, 3)),
+    # one element of float16 in pieces over the two members of each node: the busiest NIC carries one byte
+    "cpu-4-split-one-element": _case(Problem(1, 1, 1, "float16"), 4,
+                                     cpu(gemm={"float16": GemmCurve(1.0)}, devices_per_node=4, nics_per_node=2),
+                                     ranks_per_host=4, ranks_per_node=2, grid=(1, 4), panel=1, algo="split-relay"),
+    # 2.5D on one host, staged, too large: the layers' rounds still see each other's transfers
+    "gpu-2p5d-staged-nofit": _case(Problem(60000, 60000, 60000), 4, rich(hosts=1, memory_gib=1.0), ranks_per_host=4,
+                                   ranks_per_node=2, algo="2.5d:2", cuda_aware=False),
 }
 
 #: What ``predict`` says of each case (tree of 2026-12-06).
@@ -468,6 +500,48 @@ FIGURES = {
         seconds=0.0024319874666666667, gemm_seconds=0.00037387226666666686, exposed_seconds=0.0020581152,
         extra_seconds=0.0, nic_bytes_max=8000000.0, nic_bytes_mean=8000000.0, nic_seconds_max=0.0004,
         bytes_by_path={'ipc': 768000000.0, 'mpi': 32000000.0}, notes=()),
+    "gpu-6-mps-aware-vnodes-2-gpus": dict(
+        grid='6x1', panel=667, prefetch=1, steps=9, algo='summa', ranks_per_node=3, ranks_per_host=6,
+        seconds=0.003690094821052632, gemm_seconds=0.0009412232982456136, exposed_seconds=0.0031730593122807024,
+        extra_seconds=0.0, nic_bytes_max=41620800.0, nic_bytes_mean=41600000.0,
+        nic_seconds_max=0.00208104, bytes_by_path={'ipc': 332800000.0, 'mpi': 83200000.0}, notes=()),
+    "cpu-12-hosts-of-5-2-nics": dict(
+        grid='3x4', panel=256, prefetch=1, steps=20, algo='summa', ranks_per_node=2, ranks_per_host=5,
+        seconds=0.09781866554621853, gemm_seconds=0.06752000000000001, exposed_seconds=0.04152703731092442,
+        extra_seconds=0.0, nic_bytes_max=93760000.0, nic_bytes_mean=53066666.666666664,
+        nic_seconds_max=0.018752, bytes_by_path={'mpi': 318400000.0, 'shm': 136000000.0}, notes=()),
+    "gpu-6-one-gpu-staged-slow-ipc": dict(
+        grid='1x6', panel=667, prefetch=1, steps=9, algo='summa', ranks_per_node=2, ranks_per_host=6,
+        seconds=0.18239546157222197, gemm_seconds=0.09320498561820201, exposed_seconds=0.1675692681890106,
+        extra_seconds=0.0, nic_bytes_max=192000000.0, nic_bytes_mean=192000000.0,
+        nic_seconds_max=0.021333333333333333, bytes_by_path={'ipc': 288000000.0, 'staged': 192000000.0}, notes=()),
+    "gpu-2p5d-12-staged-one-host": dict(
+        grid='3x2', panel=1667, prefetch=1, steps=15, algo='2.5d:2', ranks_per_node=6, ranks_per_host=12,
+        seconds=0.0719656480602877, gemm_seconds=0.004403122280639172, exposed_seconds=0.0691834303463152,
+        extra_seconds=5.186666666666666e-05, nic_bytes_max=576000000.0, nic_bytes_mean=576000000.0,
+        nic_seconds_max=0.064, bytes_by_path={'ipc': 736000000.0, 'staged': 576000000.0}, notes=()),
+    "gpu-6-one-gpu-aware-slow-ipc": dict(
+        grid='3x2', panel=1334, prefetch=1, steps=7, algo='summa', ranks_per_node=2, ranks_per_host=6,
+        seconds=0.08719329656666668, gemm_seconds=0.0039888911333333344, exposed_seconds=0.08538825796666667,
+        extra_seconds=0.0, nic_bytes_max=166400000.0, nic_bytes_mean=166400000.0,
+        nic_seconds_max=0.00832, bytes_by_path={'ipc': 96000000.0, 'mpi': 166400000.0}, notes=()),
+    "gpu-6-hosts-of-4-nodes-of-3": dict(
+        grid='2x3', panel=1984, prefetch=1, steps=6, algo='summa', ranks_per_node=3, ranks_per_host=4,
+        seconds=0.014713530666666665, gemm_seconds=0.0042851817066666634, exposed_seconds=0.013713415759999998,
+        extra_seconds=0.0, nic_bytes_max=118272000.0, nic_bytes_mean=83328000.0,
+        nic_seconds_max=0.0059136, bytes_by_path={'ipc': 108544000.0, 'mpi': 166656000.0}, notes=()),
+    "cpu-4-split-one-element": dict(
+        grid='1x4', panel=1, prefetch=1, steps=1, algo='split-relay', ranks_per_node=2, ranks_per_host=4,
+        seconds=4.916372166666667e-05, gemm_seconds=1.0163396666666667e-05, exposed_seconds=4.2000449999999995e-05,
+        extra_seconds=0.0, nic_bytes_max=1.0, nic_bytes_mean=1.0,
+        nic_seconds_max=2e-10, bytes_by_path={'mpi': 2.0, 'shm': 4.0}, notes=()),
+    "gpu-2p5d-staged-nofit": dict(
+        grid='2x1', panel=255, prefetch=1, steps=120, algo='2.5d:2', ranks_per_node=2, ranks_per_host=4,
+        seconds=math.inf, gemm_seconds=4.126582656000008, exposed_seconds=0.001778698805194805,
+        extra_seconds=0.055212, nic_bytes_max=14400000000.0, nic_bytes_mean=14400000000.0,
+        nic_seconds_max=1.6, bytes_by_path={'staged': 14400000000.0},
+        notes=('does not fit: 1 rank(s) per device need more than 1 GiB',
+               'does not fit: a layer rank needs more than 1 GiB')),
 }
 
 
