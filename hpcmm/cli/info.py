@@ -81,8 +81,10 @@ def largest_square(kind: str, itemsize: int, grid: str, devices: list[list[dict]
         return all(total_at(n, n, n, members) <= min(r["free_bytes"] for r in members) for members in devices)
 
     # The search's bound: doubled until it no longer fits (a job of much memory fits more than any fixed bound).
+    # N = 2**40 is past any machine (its operands alone take 2**83 bytes); the cap ends the loop where no device
+    # holds ranks.
     top = 1 << 22
-    while fits(top):
+    while top < 1 << 40 and fits(top):
         top <<= 1
     return int(top * min(largest_fitting(lambda m, n, k, members=members: total_at(m, n, k, members),
                                          (top, top, top), min(r["free_bytes"] for r in members))
