@@ -28,6 +28,7 @@
 #    more products so that both run for about as long).  DYN_CPU_PIN=1 pins each thread count to
 #    cores of its own (taskset; one logical CPU per physical core, the first t1 cores for the first,
 #    the next t2 for the second, in every run of the part), so that the two never share a core.
+#    DYN_CPU_SIDE=0 leaves out the side-by-side runs (the longest at large DYN_CPU_N).
 # 8. nodes: two virtual nodes (--ranks-per-node) on a --grid Px1 at DYN_MPS_N: under MPS, 2 ranks (one a node)
 #    given 25 % and 75 % of the SMs, share, measured, dynamic and dynamic-nohandoff (tiles kept within
 #    each node), DYN_NODE_ITERS products each (default 10: the first moves nothing); time-sliced,
@@ -251,12 +252,14 @@ if part threads; then
     one "$round" threads 1 "$n" "alone-$t2" -- mpiexec -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" \
       "${pin2[@]}" $py -m hpcmm "${cpu[@]}"
     # Side by side: the faster one given t1/t2 times the products, so that both run for about as long.
-    iters2=3 iters1=$(( 3 * t1 / t2 ))
-    one "$round" threads 1 "$n" "together-$t1" -- mpiexec -n 1 env OMP_NUM_THREADS="$t1" OPENBLAS_NUM_THREADS="$t1" \
-      "${pin1[@]}" $py -m hpcmm "${cpu[@]}" --iters "$iters1" &
-    one "$round" threads 1 "$n" "together-$t2" -- mpiexec -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" \
-      "${pin2[@]}" $py -m hpcmm "${cpu[@]}" --iters "$iters2"
-    wait
+    if [ "${DYN_CPU_SIDE:-1}" = 1 ]; then
+      iters2=3 iters1=$(( 3 * t1 / t2 ))
+      one "$round" threads 1 "$n" "together-$t1" -- mpiexec -n 1 env OMP_NUM_THREADS="$t1" OPENBLAS_NUM_THREADS="$t1" \
+        "${pin1[@]}" $py -m hpcmm "${cpu[@]}" --iters "$iters1" &
+      one "$round" threads 1 "$n" "together-$t2" -- mpiexec -n 1 env OMP_NUM_THREADS="$t2" OPENBLAS_NUM_THREADS="$t2" \
+        "${pin2[@]}" $py -m hpcmm "${cpu[@]}" --iters "$iters2"
+      wait
+    fi
     for balance in ${DYN_CPU_BALANCES:-share measured product dynamic}; do
       # shellcheck disable=SC2207
       args=($(hpcmm_cmd "$balance") "${cpu[@]}" --out "$(outfile "$round" threads 2 "$n" "$balance")")
