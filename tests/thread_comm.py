@@ -128,7 +128,7 @@ class ThreadComm:
         entries = self._exchange((color, key, me))
         members = [r for _, r in sorted((k, r) for c, k, r in entries if c == color)]
         founder = color != MPI.UNDEFINED and me == min(members)
-        made = self._exchange(ThreadComm(len(members), self.family, [self.job_ranks[m] for m in members],
+        made = self._exchange(type(self)(len(members), self.family, [self.job_ranks[m] for m in members],
                                          self._job) if founder else None)
         if color == MPI.UNDEFINED:
             return MPI.COMM_NULL
