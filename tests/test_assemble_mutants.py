@@ -12,6 +12,7 @@ rank's bytes) and its refusal, word for word on every rank, where one rank's pla
 from __future__ import annotations
 
 import dataclasses
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -98,6 +99,34 @@ def test_the_models_prediction_differs_by_machine_panel_and_type():
                        panel=panel, prefetch=prefetch, algo="summa", cuda_aware=True).seconds
     base = seconds()
     assert len({base, seconds("tf32"), seconds(machine=MACHINE), seconds(panel=6), seconds(panel=None)}) == 5
+
+
+@pytest.mark.parametrize("aware", [True, False], ids=["aware", "not-aware"])
+def test_auto_over_several_ranks_predicts_their_placement(tmp_path, aware):
+    """4 thread ranks, 4 on their host, in 2 virtual nodes of 2, on a machine of 4 hosts (where the model
+    would put 2 ranks a host if not told): the model is told the ranks, nodes, ranks a host, CUDA-awareness,
+    panel and prefetch, and summa competes with 2.5d:2."""
+    with open(MACHINE) as fh:
+        description = json.load(fh)
+    description["hosts"] = 4
+    machine = tmp_path / "four-hosts.json"
+    machine.write_text(json.dumps(description))
+    config = RunConfig(m=512, n=512, k=512, algo="auto", machine=str(machine), panel=64, prefetch=2)
+    world = ThreadComm(4)
+    outcomes = world.run(lambda rank: assemble._choose(SimpleNamespace(size=4, comm=world, local_size=4), config,
+                                                       (512, 512, 512), [[0, 1], [2, 3]], aware))
+    predicted = tuple((name, predict(Problem(512, 512, 512, "float64"), 4, load_machine(str(machine)),
+                                     ranks_per_node=2, ranks_per_host=4, panel=64, prefetch=2, algo=name,
+                                     cuda_aware=aware).seconds) for name in ("summa", "2.5d:2"))
+    ran = min(predicted, key=lambda p: p[1])[0]
+    assert outcomes == [("returned", Choice(ran, "auto", None if ran == "summa" else 2, predicted))] * 4
+    others = [predict(Problem(512, 512, 512, "float64"), 4, load_machine(str(machine)), ranks_per_node=2, algo="summa",
+                      panel=64, **changed).seconds
+              for changed in (dict(ranks_per_host=4, prefetch=2, cuda_aware=aware),
+                              dict(ranks_per_host=None, prefetch=2, cuda_aware=aware),
+                              dict(ranks_per_host=4, prefetch=None, cuda_aware=aware),
+                              dict(ranks_per_host=4, prefetch=2, cuda_aware=not aware))]
+    assert len(set(others)) == 4  # each of the placement's facts changes the prediction
 
 
 @pytest.mark.parametrize("environment", [False, True], ids=["option", "environment"])
