@@ -64,8 +64,9 @@ def test_a_products_times_are_whole(one_layer):
         after = perf_counter()
     assert before <= times.start and 0 < times.seconds <= after - before
     assert times.steps.shape == (5, 3) and np.isfinite(times.steps).all() and (times.steps >= 0).all()
-    assert (times.steps[:, 0] > 0).all()  # every step ran a GEMM
-    assert times.host.shape == (5,) and np.isfinite(times.host).all() and (times.host > 0).all()
+    assert times.steps[:, 0].sum() > 0  # the steps ran GEMMs
+    assert times.host.shape == (5,) and np.isfinite(times.host).all() and (times.host >= 0).all()
+    assert times.host.sum() > 0  # the host's own seconds between the GEMMs
     assert 0 < times.reduce <= times.seconds  # the reduction is inside the product's window
 
 
