@@ -66,6 +66,8 @@ def view(name: str, x) -> Operand:
             if int(device_type) in (_DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED):
                 array = _cupy(name, kind).from_dlpack(x)
                 return Operand(name, array, True, int(device_id))
+        except InputError:  # cupy does not import (an InputError is a ValueError): said as it is
+            raise
         except (TypeError, BufferError, RuntimeError, ValueError) as exc:
             raise InputError(f"operand {name} ({kind}) cannot be shared through DLPack: {exc}") from None
         raise InputError(f"operand {name} ({kind}) lives on DLPack device type {int(device_type)}: "
