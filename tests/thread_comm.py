@@ -7,11 +7,14 @@ of waiting when it can no longer complete: a member's body has ended (returned o
 joining it, or every rank of the job waits in a collective (a deadlock, as mismatched collectives
 make); a collective every member had joined still completes.  A time limit of minutes is the
 backstop.  ``Split`` (and ``Dup``) makes communicators of the same kind; ``Free`` marks one freed by the calling
-rank, which may then call no collective on it, as MPI's would be gone.
+rank, which may then call no collective on it, as MPI's would be gone.  ``Send`` and ``Recv`` pass a copy of the
+buffer from one member to another (a ``Send`` never waits); :attr:`ThreadComm.messages` lists every message sent
+in the job, ``(source, dest, bytes)`` by job rank.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 
 import numpy as np
@@ -29,9 +32,12 @@ class _Job:
         self.reset()
 
     def reset(self) -> None:
-        self.waiting: set[int] = set()  # job ranks inside a collective that has not completed
+        self.waiting: set[int] = set()  # job ranks inside a collective (or a receive) that has not completed
         self.gone: set[int] = set()
         self.deadlock = False
+        self.mail: dict[tuple, collections.deque] = {}  # (communicator, source, dest, tag): messages not received
+        self.receiving: dict[int, tuple] = {}  # job rank: the mailbox its receive waits on
+        self.messages: list[tuple[int, int, int]] = []  # (source, dest, bytes) by job rank, every message sent
 
     def check(self) -> None:
         """Under ``cond``: a deadlock once every rank still running waits."""
@@ -103,6 +109,15 @@ class ThreadComm:
     def bcast(self, value, root=0):
         return self._exchange(value)[root]
 
+    def allreduce(self, value, op=MPI.SUM):
+        """Every rank's ``value`` reduced by ``MPI.SUM``, ``MPI.MAX`` or ``MPI.MIN``."""
+        values = self._exchange(value)
+        if op == MPI.SUM:
+            return sum(values[1:], values[0])
+        if op in (MPI.MAX, MPI.MIN):
+            return (max if op == MPI.MAX else min)(values)
+        raise NotImplementedError(f"allreduce with {op}")
+
     def Allreduce(self, send, recv, op=MPI.SUM):  # noqa: N802 - MPI's spelling
         assert op == MPI.SUM
         recv[...] = sum(self._exchange(np.array(send, copy=True)))
@@ -117,6 +132,49 @@ class ThreadComm:
             raise ValueError(f"Bcast of {sent.shape} into {np.shape(buf)}")
         if self._local.rank != root:
             buf[...] = sent
+
+    def Send(self, buf, dest, tag=0):  # noqa: N802
+        """A copy of ``buf`` to member ``dest``, received by its :meth:`Recv` of the same ``tag``."""
+        if not isinstance(dest, int) or not 0 <= dest < self.size:
+            raise ValueError(f"Send: no rank {dest!r} in a communicator of {self.size}")
+        if self._local.rank in self.freed_by:
+            raise RuntimeError("a Send on a freed communicator")
+        me, job, data = self._local.rank, self._job, np.array(buf, copy=True).reshape(-1).view(np.uint8)
+        key = (id(self), me, dest, tag)
+        with job.cond:
+            job.mail.setdefault(key, collections.deque()).append(data)
+            job.messages.append((self.job_ranks[me], self.job_ranks[dest], data.nbytes))
+            if job.receiving.get(self.job_ranks[dest]) == key:
+                job.waiting.discard(self.job_ranks[dest])  # its receive completes: it is no longer waiting
+            job.cond.notify_all()
+
+    def Recv(self, buf, source, tag=0):  # noqa: N802
+        """Member ``source``'s next message of ``tag`` into ``buf``, which must hold it (as MPI's must)."""
+        if not isinstance(source, int) or not 0 <= source < self.size:
+            raise ValueError(f"Recv: no rank {source!r} in a communicator of {self.size}")
+        me, job = self._local.rank, self._job
+        key, mine = (id(self), source, me, tag), self.job_ranks[me]
+        with job.cond:
+            if not job.mail.get(key):
+                job.waiting.add(mine)
+                job.receiving[mine] = key
+                job.check()
+                job.cond.wait_for(lambda: job.mail.get(key) or job.deadlock or self.job_ranks[source] in job.gone,
+                                  timeout=TIME_LIMIT)
+                job.waiting.discard(mine)
+                job.receiving.pop(mine, None)
+                if not job.mail.get(key):
+                    raise threading.BrokenBarrierError(f"a receive from rank {source} that cannot complete")
+            data = job.mail[key].popleft()
+        out = np.asarray(buf).reshape(-1).view(np.uint8)
+        if data.nbytes > out.nbytes:
+            raise ValueError(f"Recv: a message of {data.nbytes} bytes into {out.nbytes} (truncated)")
+        out[: data.nbytes] = data
+
+    @property
+    def messages(self) -> list[tuple[int, int, int]]:
+        """``(source, dest, bytes)`` of every message sent in the job, by job rank, in the order sent."""
+        return self._job.messages
 
     def Split(self, color=0, key=0):  # noqa: N802
         """MPI's split: ranks of one colour in a new communicator, ordered by ``(key, rank)``."""
