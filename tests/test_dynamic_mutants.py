@@ -39,8 +39,8 @@ _clock = threading.local()  # the backend of the rank this thread runs
 class World(ThreadComm):
     """The job's communicator: mpi4py's object reductions, a probe, and buffered point-to-point messages."""
 
-    def __init__(self, size):
-        super().__init__(size)
+    def __init__(self, size, *split):
+        super().__init__(size, *split)  # ``split``: what ThreadComm.Split passes to a communicator of this class
         self.mail = collections.defaultdict(collections.deque)  # (source, dest, tag): messages
 
     def allreduce(self, value, op=MPI.SUM):
