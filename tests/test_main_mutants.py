@@ -103,6 +103,10 @@ _BAD = [
     (["--beta", "inf"], "argument --beta: --beta='inf': expected a finite number"),
     (["--a", "x"], "argument --a: --a='x': expected FILE.h5:DATASET or FILE.npy"),
     (["--b", "x"], "argument --b: --b='x': expected FILE.h5:DATASET or FILE.npy"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu' (choose from 'auto', 'gpu', 'cpu')"),
+    (["info", "--device", "tpu"], "argument --device: invalid choice: 'tpu' (choose from 'auto', 'gpu', 'cpu')"),
+    (["--cuda-aware-mpi", "maybe"],
+     "argument --cuda-aware-mpi: invalid choice: 'maybe' (choose from 'auto', 'yes', 'no')"),
     (["--algo", "fast"], "argument --algo: --algo='fast': expected summa, 2.5d, 2.5d:C (C an integer >= 1) or auto"),
 ]
 
@@ -161,6 +165,16 @@ def test_help_of_the_top_level_and_of_a_subcommand():
     assert cli._parse_or_show(["bench", "--help"]) == bench
     gemm = cli._parse_or_show(["bench", "--help", "--no-peers"])
     assert gemm.text.startswith("usage: python -m hpcmm bench [-h] {gemm,transport} ...")
+
+
+def test_the_output_and_status_options_as_help_shows_them():
+    lines = cli._parse_or_show(["run", "--help"]).text.splitlines()
+    assert ("  --status-file PATH    rank 0 writes the exit status and a one-line reason to PATH at the end (batch "
+            "scripts read it); written atomically (default: none)") in lines
+    assert ("  --out FILE.h5         results file; never replaced without --overwrite (default: a new name, "
+            "hpcmm-results-YYYYmmdd-HHMMSS.h5, printed at the end)") in lines
+    assert "  --overwrite           replace an existing --out (default: refuse)" in lines
+    assert "placement:" in lines and "measurement and output:" in lines
 
 
 def test_outside_the_collective_parse_argparse_prints_and_exits(capsys):
