@@ -72,3 +72,66 @@ def test_the_tests_left_out_one_by_one_exist_and_none_asks_for_hpcmm_in_process(
         for fn in ast.walk(tree):
             if isinstance(fn, ast.FunctionDef) and fn.name == function:
                 assert "one_rank" not in [a.arg for a in fn.args.args], node
+
+
+def test_every_module_is_in_one_group_of_the_full_run():
+    """tests/mutmut_all.py's groups: every module of hpcmm/ that holds a mutant is judged by one group, and
+    every test path a group names exists (a module added later must be given its tests there)."""
+    import mutmut_all
+
+    assert mutmut_all.problems() == []
+
+
+def test_the_modules_said_to_hold_no_mutant_have_no_function_mutmut_mutates():
+    """mutmut 3 mutates functions and methods, leaving decorated ones alone (other than static and class
+    methods): NO_MUTANTS must hold none of those."""
+    import mutmut_all
+
+    for module in mutmut_all.NO_MUTANTS:
+        tree = ast.parse((REPO / module).read_text())
+        mutated = [node.name for node in ast.walk(tree)
+                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and all(ast.unparse(d) in ("staticmethod", "classmethod") for d in node.decorator_list)]
+        assert mutated == [], module
+
+
+def test_a_problem_in_the_groups_is_named(tmp_path):
+    import mutmut_all
+
+    (tmp_path / "hpcmm").mkdir()
+    (tmp_path / "hpcmm" / "new_module.py").write_text("def f():\n    return 1\n")
+    found = mutmut_all.problems(tmp_path)
+    assert "hpcmm/new_module.py: in no group and not in NO_MUTANTS" in found
+    assert "hpcmm/verify.py: no such module" in found
+    assert any(p.startswith("hpcmm/verify.py: no test file tests/test_verify.py") for p in found)
+
+
+def test_a_groups_test_paths_leave_option_values_out():
+    import mutmut_all
+
+    tests = ('tests/a.py tests/b.py::test_x -k "not c and not d.py" --deselect-listed tests/list.txt'
+             ' -m "not gpu" --with-mpi')
+    assert mutmut_all.test_paths(tests) == ["tests/a.py", "tests/b.py::test_x", "tests/list.txt"]
+
+
+def test_the_summary_counts_each_verdict_by_module(tmp_path):
+    """The kept ``.meta`` files (mutmut's exit codes: 1 killed, -24 timeout, 0 survived, 33 no tests, None not
+    run, anything else a crashed test process) become the table's rows and totals."""
+    import json
+
+    import mutmut_all
+
+    meta = tmp_path / "hpcmm" / "verify.py.meta"
+    meta.parent.mkdir(parents=True)
+    codes = {"a": 1, "b": 1, "c": -24, "d": 0, "e": 33, "f": None, "g": -11}
+    meta.write_text(json.dumps({"exit_code_by_key": {f"hpcmm.verify.x_{k}": v for k, v in codes.items()}}))
+    other = tmp_path / "hpcmm" / "errors.py.meta"
+    other.write_text(json.dumps({"exit_code_by_key": {"hpcmm.errors.x_a": 0}}))
+    results = mutmut_all.read_module_results(tmp_path)
+    assert results["hpcmm/verify.py"] == {"mutants": 7, "killed": 3, "timeouts": 1, "survived": 1,
+                                          "no tests": 1, "not run": 1, "crashed": 1}
+    table = mutmut_all.summary_table(results, {"hpcmm/verify.py": 90.0, "hpcmm/cli/summary.py (+1)": 30.0})
+    assert "| hpcmm/verify.py | 7 | 3 (1) | 1 | 1 | 1 | 1 | 1.5 |" in table
+    assert "| hpcmm/errors.py | 1 | 0 (0) | 1 | 0 | 0 | 0 |  |" in table
+    assert "| total | 8 | 3 (1) | 2 | 1 | 1 | 1 | 2.0 |" in table
+    assert "Killed: 3 of the 5 mutants that tests reach and judge (60.0 %)" in table
