@@ -489,3 +489,156 @@ def test_print_writes_on_rank_0_only(capsys):
     cli._print(1, "nothing")
     cli._print(1, "nothing", err=True)
     assert capsys.readouterr() == ("out\n", "err\n")
+
+
+# -- the parsers: each subcommand's options, their values, defaults, choices and groups ---------
+
+_RUN = ["--m", "5", "--n", "6", "--k", "7", "--dtype", "float32", "--tf32", "--seed", "3", "--alpha", "2",
+        "--beta", "0.5", "--op-a", "T", "--op-b", "C", "--a", "x.h5:A", "--b", "y.npy", "--allow-nonfinite",
+        "--device", "cpu", "--grid", "1x2", "--ranks-per-node", "2", "--cuda-aware-mpi", "no", "--panel", "64",
+        "--prefetch", "2", "--algo", "2.5d:2", "--machine", "h200x2", "--balance", "none", "--warmup", "0",
+        "--iters", "2", "--verify", "full", "--out", "r.h5", "--overwrite", "--save-c", "--no-timeline", "--quiet",
+        "--status-file", "s.txt"]
+_RUN_NS = {"command": "run", "m": 5, "n": 6, "k": 7, "dtype": "float32", "tf32": True, "seed": 3, "alpha": 2.0,
+           "beta": 0.5, "op_a": "T", "op_b": "C", "a": ("x.h5", "A"), "b": ("y.npy", None), "allow_nonfinite": True,
+           "device": "cpu", "grid": (1, 2), "ranks_per_node": 2, "cuda_aware_mpi": "no", "panel": 64, "prefetch": 2,
+           "algo": "2.5d:2", "machine": "h200x2", "balance": "none", "warmup": 0, "iters": 2, "verify": "full",
+           "out": "r.h5", "overwrite": True, "save_c": True, "timeline": False, "quiet": True, "status_file": "s.txt"}
+_GEMM = ["bench", "gemm", "--seed", "3", "--alpha", "2", "--beta", "0.5", "--op-a", "T", "--op-b", "C",
+         "--device", "cpu", "--grid", "1x2", "--ranks-per-node", "2", "--cuda-aware-mpi", "no", "--panel", "64",
+         "--prefetch", "2",
+         "--algo", "summa", "--machine", "h200x2", "--balance", "share", "--warmup", "0", "--iters", "2",
+         "--verify", "none", "--out", "b.h5", "--overwrite", "--cases", "float64:8", "--no-peers",
+         "--heat-limit", "5", "--status-file", "s"]
+_GEMM_NS = {"command": "bench", "what": "gemm", "seed": 3, "alpha": 2.0, "beta": 0.5, "op_a": "T", "op_b": "C",
+            "device": "cpu", "grid": (1, 2), "ranks_per_node": 2, "cuda_aware_mpi": "no", "panel": 64, "prefetch": 2,
+            "algo": "summa", "machine": "h200x2", "balance": "share", "warmup": 0, "iters": 2, "verify": "none",
+            "out": "b.h5", "overwrite": True, "cases": "float64:8", "no_peers": True, "heat_limit": 5,
+            "status_file": "s"}
+_RUN_UNSET = {field: None for field in _RUN_NS} | {"command": "run"}
+_GEMM_UNSET = {field: None for field in _GEMM_NS} | {"command": "bench", "what": "gemm", "no_peers": False}
+
+_EVERY = [
+    ([], _RUN_UNSET),
+    (_RUN, _RUN_NS),
+    (["run", *_RUN], _RUN_NS),
+    (["info"], {"command": "info", "device": None, "grid": None, "ranks_per_node": None, "cuda_aware_mpi": None,
+                "status_file": None}),
+    ("info --device gpu --grid 2x1 --ranks-per-node 3 --cuda-aware-mpi yes --status-file s".split(),
+     {"command": "info", "device": "gpu", "grid": (2, 1), "ranks_per_node": 3, "cuda_aware_mpi": "yes",
+      "status_file": "s"}),
+    (["bench"], _GEMM_UNSET),
+    (_GEMM, _GEMM_NS),
+    (["bench", "transport"], {"command": "bench", "what": "transport", "pairs": "first", "sizes": None, "out": None,
+                              "overwrite": None, "device": None, "ranks_per_node": None, "cuda_aware_mpi": None,
+                              "status_file": None}),
+    ("bench transport --pairs all --sizes 1,2 --out t.h5 --overwrite --device cpu --ranks-per-node 2 "
+     "--cuda-aware-mpi auto --status-file s".split(),
+     {"command": "bench", "what": "transport", "pairs": "all", "sizes": "1,2", "out": "t.h5", "overwrite": True,
+      "device": "cpu", "ranks_per_node": 2, "cuda_aware_mpi": "auto", "status_file": "s"}),
+    (["report", "r.h5"], {"command": "report", "file": "r.h5", "plot": None, "iteration": None, "status_file": None}),
+    ("report r.h5 --plot t.png --iteration 2 --status-file s".split(),
+     {"command": "report", "file": "r.h5", "plot": "t.png", "iteration": 2, "status_file": "s"}),
+]
+
+
+@pytest.mark.parametrize("argv, expected", _EVERY, ids=[
+    "run_unset", "run_every", "run_named", "info_unset", "info_every", "gemm_unset", "gemm_every", "transport_unset",
+    "transport_every", "report_unset", "report_every"])
+def test_every_option_of_each_subcommand_and_its_value(argv, expected):
+    """Each subcommand takes its own options, each under its own name, and leaves what is not given unset."""
+    assert vars(cli.parse(argv)) == expected
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["bench", "--k", "4"], "--k"), (["bench", "--dtype", "float32"], "--dtype"), (["bench", "--tf32"], "--tf32"),
+    (["bench", "--allow-nonfinite"], "--allow-nonfinite"), (["bench", "--save-c"], "--save-c"),
+    (["bench", "--no-timeline"], "--no-timeline"), (["bench", "--quiet"], "--quiet"),
+    (["bench", "transport", "--grid", "1x2"], "--grid"), (["bench", "transport", "--m", "4"], "--m"),
+    (["bench", "transport", "--cases", "float64:8"], "--cases"), (["info", "--m", "4"], "--m"),
+    (["info", "--out", "x.h5"], "--out"), (["report", "r.h5", "--device", "cpu"], "--device"),
+], ids=["gemm_k", "gemm_dtype", "gemm_tf32", "gemm_allow_nonfinite", "gemm_save_c", "gemm_no_timeline",
+        "gemm_quiet", "transport_grid", "transport_m", "transport_cases", "info_m", "info_out", "report_device"])
+def test_options_a_subcommand_does_not_take(argv, option):
+    """(argparse takes a prefix of an option's name for the option: ``bench --m`` is ``--machine``.)"""
+    with pytest.raises(InputError) as caught:
+        cli.parse(argv)
+    assert str(caught.value).startswith(f"unrecognized arguments: {option}")
+
+
+_CHOICES = [
+    ("--dtype", "run", "'float64', 'float32', 'float16', 'bfloat16', 'complex128', 'complex64'"),
+    ("--op-a", "run", "'N', 'T', 'C'"),
+    ("--op-b", "run", "'N', 'T', 'C'"),
+    ("--balance", "run", "'auto', 'share', 'measured', 'product', 'dynamic', 'none'"),
+    ("--verify", "run", "'freivalds', 'full', 'none'"),
+    ("--op-a", "bench", "'N', 'T', 'C'"),
+    ("--op-b", "bench", "'N', 'T', 'C'"),
+    ("--balance", "bench", "'auto', 'share', 'measured', 'product', 'dynamic', 'none'"),
+    ("--verify", "bench", "'freivalds', 'full', 'none'"),
+    ("--device", "bench", "'auto', 'gpu', 'cpu'"),
+    ("--pairs", "bench transport", "'first', 'all'"),
+    ("--device", "bench transport", "'auto', 'gpu', 'cpu'"),
+    ("--cuda-aware-mpi", "bench transport", "'auto', 'yes', 'no'"),
+]
+
+
+@pytest.mark.parametrize("option, where, choices", _CHOICES,
+                         ids=[f"{where.replace(' ', '_')}{option.replace('-', '_')}" for option, where, _ in _CHOICES])
+def test_a_value_outside_the_choices_is_refused(option, where, choices):
+    with pytest.raises(InputError) as caught:
+        cli.parse([*where.split(), option, "x"])
+    assert str(caught.value) == f"argument {option}: invalid choice: 'x' (choose from {choices})"
+
+
+_USAGE = {
+    "run": "usage: python -m hpcmm run [-h] [--m M] [--n N] [--k K] [--dtype "
+           "{float64,float32,float16,bfloat16,complex128,complex64}] [--tf32] [--seed SEED] [--alpha X] [--beta X] "
+           "[--op-a {N,T,C}] [--op-b {N,T,C}] [--a FILE.h5:DATASET|FILE.npy] [--b FILE.h5:DATASET|FILE.npy] "
+           "[--allow-nonfinite] [--device {auto,gpu,cpu}] [--grid PRxPC] [--ranks-per-node R] "
+           "[--cuda-aware-mpi {auto,yes,no}] [--panel W] [--prefetch D] [--algo A] [--machine NAME|FILE.json] "
+           "[--balance {auto,share,measured,product,dynamic,none}] [--warmup W] [--iters I] "
+           "[--verify {freivalds,full,none}] [--out FILE.h5] [--overwrite] [--save-c] [--no-timeline] [--quiet] "
+           "[--version] [--status-file PATH]",
+    "info": "usage: python -m hpcmm info [-h] [--device {auto,gpu,cpu}] [--grid PRxPC] [--ranks-per-node R] "
+            "[--cuda-aware-mpi {auto,yes,no}] [--version] [--status-file PATH]",
+    "bench gemm": "usage: python -m hpcmm bench gemm [-h] [--seed SEED] [--alpha X] [--beta X] [--op-a {N,T,C}] "
+                  "[--op-b {N,T,C}] [--device {auto,gpu,cpu}] [--grid PRxPC] [--ranks-per-node R] "
+                  "[--cuda-aware-mpi {auto,yes,no}] [--panel W] [--prefetch D] [--algo A] [--machine NAME|FILE.json] "
+                  "[--balance {auto,share,measured,product,dynamic,none}] [--warmup W] [--iters I] "
+                  "[--verify {freivalds,full,none}] [--out FILE.h5] [--overwrite] [--cases CASES] [--no-peers] "
+                  "[--heat-limit SECONDS] [--version] [--status-file PATH]",
+    "bench transport": "usage: python -m hpcmm bench transport [-h] [--pairs {first,all}] [--sizes MIB[,MIB...]] "
+                       "[--out FILE.h5] [--overwrite] [--device {auto,gpu,cpu}] [--ranks-per-node R] "
+                       "[--cuda-aware-mpi {auto,yes,no}] [--version] [--status-file PATH]",
+    "report": "usage: python -m hpcmm report [-h] [--plot PNG] [--iteration I] [--version] [--status-file PATH] file",
+    "bench": "usage: python -m hpcmm bench [-h] {gemm,transport} ...",
+    "": "usage: python -m hpcmm [-h] [--version] {run,info,bench,report,model} ...",
+}
+_HEADINGS = {
+    "run": ["options:", "problem:", "placement:", "algorithm:", "measurement and output:"],
+    "info": ["options:", "placement:"],
+    "bench gemm": ["options:", "problem:", "placement:", "algorithm:", "measurement and output:", "benchmark:"],
+    "bench transport": ["options:", "measurement and output:", "placement:"],
+    "report": ["positional arguments:", "options:"],
+    "bench": ["options:", "benchmarks:"],
+    "": ["options:", "subcommands:"],
+}
+
+
+@pytest.mark.parametrize("where", list(_USAGE), ids=["run", "info", "gemm", "transport", "report", "bench", "top"])
+def test_each_help_shows_its_usage_and_groups(where):
+    """The usage line names every option with its value's name or choices; the groups come in this order."""
+    text = cli._parse_or_show([*where.split(), "--help"]).text
+    assert " ".join(text.split("\n\n")[0].split()) == _USAGE[where]
+    headings = [line for line in text.splitlines() if line[:1].strip() and line.endswith(":")]
+    assert headings == _HEADINGS[where]
+
+
+def test_each_subcommand_lists_under_its_heading():
+    top = cli._parse_or_show(["--help"]).text.splitlines()
+    at = top.index("subcommands:")
+    assert [line.split()[0] for line in top[at + 2:at + 7]] == ["run", "info", "bench", "report", "model"]
+    bench = cli._parse_or_show(["bench", "--help"]).text.splitlines()
+    at = bench.index("benchmarks:")
+    assert [line.split()[0] for line in bench[at + 2:at + 4]] == ["gemm", "transport"]
