@@ -67,6 +67,13 @@ class _Parser(argparse.ArgumentParser):
     prints them once.
     """
 
+    def __init__(self, *args, **kwargs) -> None:
+        # A prefix of an option's name is no name: argparse would read `bench --m 4096` as `--machine 4096`
+        # (bench has no --m) and `--ranks 2` as `--ranks-per-node 2`, and the value the user meant would be
+        # lost without a word.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):
         raise InputError(message)
 
