@@ -52,15 +52,26 @@ class World(ThreadComm):
         return False
 
     def Send(self, buf, dest, tag=0):  # noqa: N802
-        with self._job.cond:
-            self.mail[(self.Get_rank(), dest, tag)].append(np.array(buf, copy=True))
-            self._job.cond.notify_all()
+        key, job = (self.Get_rank(), dest, tag), self._job
+        with job.cond:
+            self.mail[key].append(np.array(buf, copy=True))
+            if job.receiving.get(self.job_ranks[dest]) == (id(self), key):
+                job.waiting.discard(self.job_ranks[dest])  # its receive completes: it is no longer waiting
+            job.cond.notify_all()
 
     def Recv(self, buf, source, tag=0):  # noqa: N802
-        key = (source, self.Get_rank(), tag)
-        with self._job.cond:
-            # Not once the sender's body has ended without sending (it failed): it never will.
-            self._job.cond.wait_for(lambda: self.mail[key] or self.job_ranks[source] in self._job.gone, timeout=60)
+        key, job, me = (source, self.Get_rank(), tag), self._job, self.job_ranks[self.Get_rank()]
+        with job.cond:
+            # Not once the sender's body has ended without sending (it failed): it never will; nor once every rank
+            # still running waits, in a collective or a receive (a deadlock, as a message never sent makes).
+            if not self.mail[key]:
+                job.waiting.add(me)
+                job.receiving[me] = (id(self), key)
+                job.check()
+                job.cond.wait_for(lambda: self.mail[key] or job.deadlock or self.job_ranks[source] in job.gone,
+                                  timeout=60)
+                job.waiting.discard(me)
+                job.receiving.pop(me, None)
             assert self.mail[key], f"no message {key}"
             got = self.mail[key].popleft()
         assert got.shape == np.shape(buf) and got.dtype == buf.dtype, (got.shape, buf.shape)
@@ -90,6 +101,7 @@ class _Counters:
 
     def Put(self, buf, rank, target=0):  # noqa: N802
         assert getattr(self.held, "rank", None) == rank and target == 0
+        assert np.asarray(buf).nbytes == 8, np.asarray(buf).nbytes  # more would write past the one counter
         with self.lock:
             self.cells[rank][0] = np.asarray(buf)[0]
 
@@ -179,18 +191,19 @@ def operands(m, n, k, dtype=np.float64, seed=7):
 
 
 def run_dynamic(shape, grid, vnodes, *, products=2, rates=None, worker_of=None, copy_rate=None, between=None,
-                dtype="float64", **options):
+                dtype="float64", world=None, **options):
     """Build a dynamic engine on every rank, load random A and B, run ``products`` products; returns per rank
     ``{"times": [DynamicTimes], "bytes": [bytes_by_pair of each product], "choices", "gemms", "engine"}``.
 
-    ``rates``: each rank's flops a second; ``between(rank, product, backend)`` runs before each product."""
+    ``rates``: each rank's flops a second; ``between(rank, product, backend)`` runs before each product; ``world``:
+    the job's communicator, where the test needs it."""
     m, n, k = shape
     grid = Grid(*grid)
     size = grid.size
     a, b = operands(m, n, k, np.dtype(dtype))
     layout = Layout(m, n, k, grid)
     config = RunConfig(m=m, n=n, k=k, balance="dynamic", dtype=dtype, **options)
-    world = World(size)
+    world = world or World(size)
     rates = rates or [1e9] * size
 
     def body(rank):
@@ -555,3 +568,183 @@ def test_the_dynamic_engine_loads_a_by_columns_and_b_by_rows_in_the_runs_type(st
     a_pieces = [((37, 1), np.float32, "either")] * 5
     b_pieces = [((2, 29), np.float32, "C"), ((2, 29), np.float32, "C"), ((1, 29), np.float32, "either")]
     assert device.pieces == a_pieces + b_pieces
+
+
+# -- which tiles a rank takes, early tiles over several nodes, the estimate's inputs ----------------
+
+
+def test_a_rank_out_of_tiles_takes_the_next_ranks_first(stand_ins):
+    """Three ranks of one node, blocks of 33, 32 and 32 columns: ranks 1 and 2 stop in their first GEMM until rank 0
+    has taken a tile that is not its own; that tile is rank 1's, the next rank, not rank 2's.  They wait as in a
+    collective, so that rank 0 waiting in one too (it took none) is the stand-in's deadlock, not a hang."""
+    world = World(3)
+    job, taken, holding = world._job, [], set()
+
+    def between(rank, product, backend):
+        gemm, held = backend.gemm, [rank != 0 and product == 0]
+
+        def gemm_held(a, b, c, accumulate, stream=None, tf32=False):
+            if rank == 0 and c.shape[1] != 33:
+                with job.cond:
+                    taken.append(True)
+                    job.waiting -= holding  # their wait is over: they are no longer waiting
+                    job.cond.notify_all()
+            if held[0]:
+                held[0] = False
+                with job.cond:
+                    if not taken:
+                        holding.add(rank)
+                        job.waiting.add(rank)
+                        job.check()
+                        job.cond.wait_for(lambda: taken or job.deadlock or 0 in job.gone)
+                        job.waiting.discard(rank)
+                        holding.discard(rank)
+            gemm(a, b, c, accumulate, stream, tf32)
+
+        backend.gemm = gemm_held
+
+    results, layout = run_dynamic((140, 97, 29), (1, 3), (0,) * 3, panel=4, products=1, between=between, world=world)
+    check_every_tile_once(results, layout)
+    owners = [owner for owner, *_ in results[0]["times"][0].tiles]
+    assert owners[0] == 0 and [owner for owner in owners if owner != 0][:1] == [1], owners
+
+
+def test_a_rank_that_is_not_a_worker_starts_no_early_tile(stand_ins, monkeypatch):
+    """Two nodes, one worker each (ranks 0 and 2), the early GEMMs on: the ranks beside them compute no tile, not
+    even the first part of one, every tile is computed once, by its node's worker, and the estimate of the tiles
+    that change node is told that only the workers may take one."""
+    monkeypatch.setitem(dynamic_module.EARLY_LOCAL_GEMMS, False, 1)
+    calls = []
+    monkeypatch.setattr(dynamic_module, "handoffs", _moving(calls=calls))
+    results, layout = run_dynamic((300, 45, 37), (2, 2), (0, 0, 1, 1), panel=4, products=2, worker_of=(0, 0, 2, 2))
+    check_every_tile_once(results, layout)
+    assert [call["can_take"] for call in calls] == [[True, False, True, False]] * 4  # no tile moves to them either
+    for rank in (1, 3):
+        assert all(not times.tiles for times in results[rank]["times"])
+        assert not results[rank]["gemms"]
+
+
+def test_a_rank_with_no_gemm_on_its_nodes_blocks_waits_for_the_copies(stand_ins, monkeypatch):
+    """Crossed placement on a 2 × 2 grid (nodes {0, 3} and {1, 2}), the early GEMMs on: ranks 1 and 2 read no pair of blocks that both lie on
+    their node, so their first tile starts once the copies are in (one box, the copies as the host's gap before
+    it); ranks 0 and 3 start theirs early (two boxes, no gap)."""
+    monkeypatch.setitem(dynamic_module.EARLY_LOCAL_GEMMS, False, 1)
+    monkeypatch.setattr(dynamic_module, "NODE_HANDOFFS", 0)
+    results, layout = run_dynamic((300, 45, 37), (2, 2), (0, 1, 1, 0), panel=4, products=2, copy_rate=1e6,
+                                  timeline=True)
+    check_every_tile_once(results, layout)
+    for rank, r in enumerate(results):
+        for times in r["times"]:
+            boxes = times.timeline
+            assert times.tiles or rank in (1, 2)  # an early tile is claimed before the copies; 1 and 2 may find none
+            if not times.tiles:
+                continue
+            first = boxes[boxes[:, 2] == 0]
+            if rank in (1, 2):
+                assert len(first) == 1 and times.host[0] == boxes[0, 3] > 0
+            else:
+                assert len(first) == 2 and times.host[0] == 0
+
+
+def _moving(pairs=(), calls=None):
+    """A stand-in of the estimate (:func:`hpcmm.planning.handoff.handoffs`) that moves every tile of each ``owner``
+    of ``pairs`` to its ``taker``, recording in ``calls`` what it is given."""
+
+    def moves(node_of, column_of, tiles, rates, link_rate, spare_bytes, gain=None, can_take=None):
+        if calls is not None:
+            calls.append({"node_of": tuple(node_of), "column_of": list(column_of), "tiles": tiles,
+                          "rates": list(rates), "link": link_rate, "spare": tuple(spare_bytes), "gain": gain,
+                          "can_take": can_take})
+        return tuple(dynamic_module.Handoff(owner, tile, taker) for owner, taker in pairs
+                     for tile in range(len(tiles[owner])))
+
+    return moves
+
+
+def test_where_every_tile_of_a_rank_moves_it_starts_none_and_the_rows_cross_in_the_runs_type(stand_ins,
+                                                                                             monkeypatch):
+    """The early GEMMs on, float32, two nodes by grid rows; from the second product every tile of rank 2 goes to
+    rank 0 (its grid column on the other node).  Rank 2 starts no early tile (none is left to it), every tile is
+    computed once, and what crosses through MPI is the blocks' copies, each moved tile's A rows over the whole of k
+    and its C rows, 4 bytes an element."""
+    monkeypatch.setitem(dynamic_module.EARLY_LOCAL_GEMMS, False, 1)
+    monkeypatch.setattr(dynamic_module, "handoffs", _moving([(2, 0)]))
+    vnodes = (0, 0, 1, 1)
+    results, layout = run_dynamic((300, 45, 37), (2, 2), vnodes, panel=4, products=2, dtype="float32")
+    check_every_tile_once(results, layout)
+    tiles, k = results[0]["choices"].tiles, layout.k
+    assert sorted(t[:2] for t in results[0]["times"][1].tiles if t[0] == 2) == [(2, i) for i in range(len(tiles[2]))]
+    assert not [t for t in results[2]["times"][1].tiles if t[0] == 2]
+    rows = sum(row1 - row0 for row0, row1 in tiles[2])
+    ld = padded(layout.local_shapes(2)["C"][1], 4)
+    for rank, extra in ((0, (2, rows * k * 4)), (2, (0, rows * ld * 4))):
+        expected = collections.Counter(copied_bytes(layout, rank, vnodes, itemsize=4))
+        expected[extra[0]] += extra[1]
+        received = {src: n for (src, _, path), n in results[rank]["bytes"][1].items() if path == "mpi"}
+        assert received == dict(expected), rank
+
+
+@pytest.mark.parametrize("grid, vnodes", [((2, 2), (0, 0, 1, 1)), ((1, 3), (0, 1, 1))], ids=["rows", "row_of_three"])
+def test_the_estimate_is_given_the_last_products_rates_and_every_tiles_costs(stand_ins, monkeypatch, grid, vnodes):
+    """The early GEMMs on, copies at 1 MB a second (a pause inside each first tile), node 1 four times slower.  What
+    the estimate is given before the second product, the same on every rank: each rank's node and grid column; each
+    tile's flops (2·rows·n·k), the bytes that would cross (A's rows over k, C's rows), the taker's buffers (C's rows
+    padded) and what the owner sends first (A's rows); each node's rate, its tiles' flops over its ranks' longest
+    GEMM time (the copies' wait left out, the first tile counted); the link's rate, the median over the ranks of the
+    bytes each copied in over the seconds its copies took (rank 0 of the row of three copies two blocks in); every
+    rank a taker."""
+    monkeypatch.setitem(dynamic_module.EARLY_LOCAL_GEMMS, False, 1)
+    calls = []
+    monkeypatch.setattr(dynamic_module, "handoffs", _moving(calls=calls))
+    size = len(vnodes)
+    results, layout = run_dynamic((300, 45, 38), grid, vnodes, panel=4, products=2, copy_rate=1e6,
+                                  rates=[2.5e8 if node else 1e9 for node in vnodes], timeline=True)
+    assert len(calls) == size  # every rank, the second product only
+    columns = [layout.grid.coords(rank)[1] for rank in range(size)]
+    assert all(call["node_of"] == vnodes and call["column_of"] == columns for call in calls)
+    assert all(call["can_take"] == [True] * size and call["gain"] is None for call in calls)
+    k, flops, spans, links = layout.k, [0.0, 0.0], [0.0, 0.0], []
+    tiles = results[0]["choices"].tiles
+    expected_costs = []
+    for owner in range(size):
+        n_loc = layout.local_shapes(owner)["C"][1]
+        ld = padded(n_loc, 8)
+        expected_costs.append([dynamic_module.TileCost(2.0 * (r1 - r0) * n_loc * k, (r1 - r0) * (k + n_loc) * 8,
+                                                       (r1 - r0) * (k + ld) * 8, (r1 - r0) * k * 8)
+                               for r0, r1 in tiles[owner]])
+    for rank, r in enumerate(results):
+        times = r["times"][0]
+        flops[vnodes[rank]] += sum(2.0 * (row1 - row0) * k * layout.local_shapes(owner)["C"][1]
+                                   for owner, _, row0, row1, _ in times.tiles)
+        spans[vnodes[rank]] = max(spans[vnodes[rank]], sum(t[4] for t in times.tiles))
+        first = times.timeline[times.timeline[:, 2] == 0]
+        received = sum(n for (_, _, path), n in r["bytes"][0].items() if path == "mpi")
+        links.append(received / (first[1, 3] - first[0, 4]))  # the copies: the pause inside the first tile
+    for call in calls:
+        assert call["tiles"] == expected_costs
+        np.testing.assert_allclose(call["rates"], [f / s for f, s in zip(flops, spans)], rtol=1e-12)
+        assert call["link"] == pytest.approx(float(np.median(links)), rel=1e-12)
+
+
+def test_a_node_that_computed_nothing_has_rate_zero_and_no_copy_time_no_link(stand_ins, monkeypatch):
+    """Copies that take no time, and from the second product every tile of node 1 (ranks 2 and 3) goes to node 0:
+    before the third product the estimate is given node 1's rate as 0 (no GEMM time) and the link's as 0."""
+    calls = []
+    monkeypatch.setattr(dynamic_module, "handoffs", _moving([(2, 0), (3, 1)], calls))
+    results, layout = run_dynamic((300, 45, 37), (2, 2), (0, 0, 1, 1), panel=4, products=3)
+    check_every_tile_once(results, layout)
+    assert not results[2]["times"][1].tiles and not results[3]["times"][1].tiles
+    assert len(calls) == 8
+    assert all(call["link"] == 0.0 for call in calls)
+    assert all(call["rates"][0] > 0 for call in calls) and all(call["rates"][1] == 0.0 for call in calls[4:])
+
+
+@pytest.mark.parametrize("grid", [(1, 2), (2, 1)], ids=["row", "column"])
+def test_a_node_of_one_rank_computes_its_tiles_after_its_early_one(stand_ins, monkeypatch, grid):
+    """Two nodes of one rank each, the early GEMMs on: each rank finishes its first tile once the copies are in, then
+    computes the rest of its tiles (nobody else could): every tile once, C right."""
+    monkeypatch.setitem(dynamic_module.EARLY_LOCAL_GEMMS, False, 1)
+    monkeypatch.setattr(dynamic_module, "NODE_HANDOFFS", 0)
+    results, layout = run_dynamic((300, 45, 37), grid, (0, 1), panel=4, products=2)
+    check_every_tile_once(results, layout)
+    assert all(len(r["times"][p].tiles) > 1 for r in results for p in range(2))
