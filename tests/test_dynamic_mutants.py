@@ -748,3 +748,60 @@ def test_a_node_of_one_rank_computes_its_tiles_after_its_early_one(stand_ins, mo
     results, layout = run_dynamic((300, 45, 37), grid, (0, 1), panel=4, products=2)
     check_every_tile_once(results, layout)
     assert all(len(r["times"][p].tiles) > 1 for r in results for p in range(2))
+
+
+def test_the_run_reads_no_prefetch_one_ring_and_the_planned_gemm_order(stand_ins):
+    """What the run's summary and records read from the engine (hpcmm/cli/run.py): nothing moves in a dynamic
+    product, so no panel is prefetched and one buffer of each is held; the GEMM order is the planner's."""
+
+    def body(engine):
+        with engine:
+            choices = engine.choices
+            return (engine.panel, engine.prefetch, engine.ring, engine.gemm_order_label), choices
+
+    got, choices = _on_one_rank(40, 8, 6, body, panel=2)
+    assert got == (choices.panel, 0, 1, choices.gemm_order_label) and choices.gemm_order_label is not None
+
+
+@pytest.mark.parametrize("step", ["peers", "copies"])
+def test_a_set_up_step_that_fails_on_one_rank_fails_on_every_rank(stand_ins, monkeypatch, step):
+    """Two nodes of two ranks: the mapping of the blocks or the copies' communicators fails on rank 1 alone, once
+    the collective calls are made; every rank raises that error (none waits on a collective rank 1 never joins),
+    and what was built is undone on every rank (the undoing is collective too: it would hang where it failed)."""
+
+    def fail_on_rank_1(original, rank_of):
+        def wrapped(self, *args):
+            got = original(self, *args)
+            if rank_of(self) == 1:
+                raise RuntimeError(f"the {step} fail here")
+            return got
+        return wrapped
+
+    if step == "peers":
+        select = dynamic_module.select_paths
+
+        def select_paths(backend, cuda_aware):
+            peer_cls, broadcast_cls = select(backend, cuda_aware)
+
+            class Failing(peer_cls):
+                allocate = fail_on_rank_1(peer_cls.allocate, lambda peers: _clock.rank)
+
+            return Failing, broadcast_cls
+
+        monkeypatch.setattr(dynamic_module, "select_paths", select_paths)
+    else:
+        monkeypatch.setattr(DynamicEngine, "_copy_communicators",
+                            fail_on_rank_1(DynamicEngine._copy_communicators, lambda engine: engine.topo.rank))
+    world, grid = World(4), Grid(2, 2)
+    layout = Layout(300, 45, 37, grid)
+    config = RunConfig(m=300, n=45, k=37, balance="dynamic")
+
+    def body(rank):
+        backend = _clock.backend = Clocked()
+        _clock.rank = rank
+        topo = topology(world, rank, grid, (0, 0, 1, 1))
+        DynamicEngine(topo, backend, layout, summa_choices(topo, backend, layout, config), config, False)
+
+    outcomes = world.run(body)
+    assert all(how == "raised" for how, _ in outcomes), outcomes
+    assert all(f"the {step} fail here" in str(error) for _, error in outcomes), outcomes

@@ -214,7 +214,7 @@ class DynamicEngine:
         #: Records per product: any rank may compute every tile.
         self.steps = choices.steps
         self.closed = False
-        self.peers = self.counters = self.broadcast = None
+        self.peers = self.counters = self.broadcast = self.moved = None
         self._copy_comms: list = []
         self.bytes_by_pair: collections.Counter = collections.Counter()
         #: Per rank of the node: where each of its copies of another node's block lies in its buffer,
@@ -243,7 +243,6 @@ class DynamicEngine:
         #: the path tiles take between nodes, and what this rank's last product did (:meth:`_handoffs`).
         self.handing = topo.vnode_count > 1 and bool(NODE_HANDOFFS)
         self._costs, self._spare, self._last_work = [], (), None
-        self.moved = None
         if self.handing:
             self._costs = self._tile_costs()
             #: Each rank's grid column (a taker shares the owner's) and whether it may take a tile (a worker).
