@@ -138,7 +138,7 @@ class Clocked(CpuBackend):
 
     def __init__(self, rate=1e9, copy_rate=None):
         super().__init__()
-        self.rate, self.copy_rate, self.t, self.gemms = rate, copy_rate, 0.0, []
+        self.rate, self.copy_rate, self.t, self.gemms, self.types = rate, copy_rate, 0.0, [], set()
         self.pause = 0.0  # real seconds a GEMM also takes, so that other ranks' threads claim tiles meanwhile
 
     def event(self, stream=None):
@@ -147,6 +147,7 @@ class Clocked(CpuBackend):
     def gemm(self, a, b, c, accumulate, stream=None, tf32=False):
         super().gemm(a, b, c, accumulate, stream, tf32)
         self.gemms.append((a.shape[0], a.shape[1], b.shape[1], accumulate))
+        self.types.add((a.dtype, b.dtype, c.dtype))
         self.t += 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / self.rate
         if self.pause:
             time.sleep(self.pause)
@@ -424,6 +425,7 @@ def test_a_lone_worker_gathers_the_cut_operands_and_computes_every_tile(stand_in
     assert results[0]["choices"].gather == gathered
     check_every_tile_once(results, layout)
     assert all(not r["times"][p].tiles for r in results[1:] for p in range(2))
+    assert all(not r["bytes"][p] for r in results[1:] for p in range(2))  # nor gather anything
     tiles = [t for t in results[0]["times"][0].tiles]
     assert len(tiles) == sum(len(t) for t in results[0]["choices"].tiles) == size  # one tile a block
     first_owner, _, row0, row1, _ = tiles[0]
@@ -720,7 +722,11 @@ def test_the_estimate_is_given_the_last_products_rates_and_every_tiles_costs(sta
         first = times.timeline[times.timeline[:, 2] == 0]
         received = sum(n for (_, _, path), n in r["bytes"][0].items() if path == "mpi")
         links.append(received / (first[1, 3] - first[0, 4]))  # the copies: the pause inside the first tile
+    # What each rank's device holds beyond its blocks, shared among the node's ranks on one device (a CPU: all).
+    spare = tuple(max(0, r["choices"].free_bytes - r["choices"].device_bytes) // vnodes.count(vnodes[rank])
+                  for rank, r in enumerate(results))
     for call in calls:
+        assert call["spare"] == spare and all(isinstance(x, int) for x in call["spare"])
         assert call["tiles"] == expected_costs
         np.testing.assert_allclose(call["rates"], [f / s for f, s in zip(flops, spans)], rtol=1e-12)
         assert call["link"] == pytest.approx(float(np.median(links)), rel=1e-12)
@@ -805,3 +811,14 @@ def test_a_set_up_step_that_fails_on_one_rank_fails_on_every_rank(stand_ins, mon
     outcomes = world.run(body)
     assert all(how == "raised" for how, _ in outcomes), outcomes
     assert all(f"the {step} fail here" in str(error) for _, error in outcomes), outcomes
+
+
+@pytest.mark.parametrize("grid, gathered", [((2, 2), "AB"), ((1, 3), "A"), ((3, 1), "B")], ids=["AB", "A", "B"])
+def test_a_lone_workers_gathered_operands_are_in_the_runs_type(stand_ins, grid, gathered):
+    """float32: the whole operands a lone worker gathers hold float32, as its blocks do: every GEMM reads and
+    writes float32 only."""
+    size = grid[0] * grid[1]
+    results, _ = run_dynamic((150 * grid[0], 30 * grid[1], 37), grid, (0,) * size, panel=4, worker_of=(0,) * size,
+                             products=2, dtype="float32")
+    assert results[0]["choices"].gather == gathered
+    assert results[0]["engine"].backend.types == {(np.dtype(np.float32),) * 3}
