@@ -394,3 +394,25 @@ def test_a_rank_without_room_for_c_fails_every_rank_and_frees_what_was_built(mon
     # One message on both (its rank is the process's in the job: the threads share one).
     assert str(errors[0]) == str(errors[1]) and str(errors[0]).startswith("MemoryError: out of memory for C (raised by")
     assert windows and all(window.freed for window in windows)
+
+
+def test_a_channel_that_fails_to_build_fails_the_engine_and_closes_the_one_built(monkeypatch):
+    """B's channel cannot be built: the engine raises the agreed error (not its own tear-down's) and A's channel,
+    already built, is closed."""
+    built, real = [], engine_module.PanelChannel
+
+    def a_only(*args, **kwargs):
+        if built:
+            raise MemoryError("no room for B's panels")
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(engine_module, "PanelChannel", a_only)
+    topo = Topology.create(MPI.COMM_SELF, RunConfig(m=1, n=1, k=1, device="cpu"))
+    try:
+        with pytest.raises(HpcmmError, match="no room for B's panels") as caught:
+            engine_for(topo, CpuBackend(), Layout(12, 7, 8, Grid(1, 1)), RunConfig(panel=2), False)
+    finally:
+        topo.close()
+    assert caught.value.agreed
+    assert len(built) == 1 and built[0].closed

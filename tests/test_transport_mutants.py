@@ -479,3 +479,33 @@ def test_the_matrices_cover_gpu_indices_beyond_the_ranks_and_leave_out_reference
         "              0        1\n"
         "     0        -     20.0\n"
         "     1        -        -\n")
+
+
+class _Recorder:
+    """One side of a pair: records each message it sends or receives, with its size."""
+
+    def __init__(self, rank):
+        self.rank, self.messages = rank, []
+
+    def Get_rank(self):
+        return self.rank
+
+    def Send(self, piece, dest):
+        self.messages.append(("send to", dest, piece.nbytes))
+
+    def Recv(self, piece, source):
+        self.messages.append(("receive from", source, piece.nbytes))
+
+
+@pytest.mark.parametrize("rank", [0, 1], ids=["sender", "receiver"])
+def test_raw_mpi_messages_fit_a_c_int_count_and_cover_the_buffer(rank):
+    """A buffer past 4 GiB (a broadcast view: no memory) crosses whole, in messages an MPI without large counts
+    takes (at most 2**31 - 1 bytes each)."""
+    nbytes = (4 << 30) + 123
+    buf = np.broadcast_to(np.zeros(1, np.uint8), (nbytes,))
+    side = _Recorder(rank)
+    transport._raw_mpi_move(side, buf)
+    how = ("send to", 1) if rank == 0 else ("receive from", 0)
+    assert {message[:2] for message in side.messages} == {how}
+    sizes = [size for *_, size in side.messages]
+    assert all(0 < size <= 2**31 - 1 for size in sizes) and sum(sizes) == nbytes

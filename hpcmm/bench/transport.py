@@ -30,6 +30,7 @@ them (what all staged transfers of a host move together).
 
 from __future__ import annotations
 
+from functools import partial
 
 import numpy as np
 from mpi4py import MPI
@@ -319,17 +320,26 @@ def _pair(backend, pair: MPI.Comm, source: int, peer: int, sizes, same_node: boo
                 buf = backend.empty(nbytes, np.uint8) if device else np.empty(nbytes, np.uint8)
                 buf.fill(1)
                 backend.synchronize()
-                chunk = 1 << 30
-
-                def move(b=buf):
-                    for lo in range(0, b.shape[0], chunk):
-                        if me == 0:
-                            pair.Send(b[lo : lo + chunk], dest=1)
-                        else:
-                            pair.Recv(b[lo : lo + chunk], source=0)
-
+                move = partial(_raw_mpi_move, pair, buf)
                 rows.append(_row(path, source, peer, nbytes, _median_seconds(backend, move, _reps(nbytes), pair)))
     return rows if me == 1 else []
+
+
+#: The largest message of the raw MPI rows: an MPI without MPI-4's large counts takes at most a C int's
+#: count (2**31 - 1 bytes) in one message.
+RAW_MPI_MESSAGE_BYTES = 1 << 30
+
+
+def _raw_mpi_move(pair: MPI.Comm, buf) -> None:
+    """Rank 0 of ``pair`` sends ``buf`` to rank 1 by plain ``Send``/``Recv``, in messages of at most
+    :data:`RAW_MPI_MESSAGE_BYTES`."""
+    sender = pair.Get_rank() == 0
+    for lo in range(0, buf.shape[0], RAW_MPI_MESSAGE_BYTES):
+        piece = buf[lo : lo + RAW_MPI_MESSAGE_BYTES]
+        if sender:
+            pair.Send(piece, dest=1)
+        else:
+            pair.Recv(piece, source=0)
 
 
 def _staged_concurrent(backend, comm: MPI.Comm, sizes) -> list[dict]:
