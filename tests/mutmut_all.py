@@ -265,7 +265,7 @@ def summary_table(results: dict[str, dict[str, int]], seconds: dict[str, float])
     return "\n".join(lines)
 
 
-def _keep(group: Group, kept: Path, seconds: float) -> None:
+def _keep(group: Group, kept: Path, seconds: float | None) -> None:
     for meta in (REPO / "mutants").rglob("*.py.meta"):
         module = meta.relative_to(REPO / "mutants").as_posix().removesuffix(".meta")
         if module in group.modules:
@@ -274,12 +274,18 @@ def _keep(group: Group, kept: Path, seconds: float) -> None:
             shutil.copyfile(meta, target)
     times = kept / "seconds.json"
     known = json.loads(times.read_text()) if times.is_file() else {}
-    known[group.name] = seconds
+    known.pop(group.name, None)
+    if seconds is not None:
+        known[group.name] = seconds
     times.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
 
 
 def run(groups, kept: Path, children: int) -> int:
-    """Run each group's quick mode from a fresh ``mutants/`` and keep its results; mutmut's exit status."""
+    """Run each group's quick mode from a fresh ``mutants/`` and keep its results; mutmut's exit status.
+
+    A group whose mutmut is ended by a signal keeps the verdicts it reached (the rest count as not run) but no
+    wall time, and the run stops there: a partial group's minutes would pass for a whole one's.
+    """
     status = 0
     for group in groups:
         shutil.rmtree(REPO / "mutants", ignore_errors=True)
@@ -289,8 +295,13 @@ def run(groups, kept: Path, children: int) -> int:
         command += ["--tests", group.tests + COMMON, "run", "--max-children", str(children)]
         print(f"== {group.name}: {shlex.join(command[1:])}", flush=True)
         start = time.monotonic()
-        status = subprocess.run(command, cwd=REPO, check=False).returncode or status
+        code = subprocess.run(command, cwd=REPO, check=False).returncode
+        if code < 0:
+            _keep(group, kept, None)
+            print(f"== {group.name}: mutmut ended by signal {-code}; the run stops here", flush=True)
+            return 128 - code
         _keep(group, kept, time.monotonic() - start)
+        status = code or status
     return status
 
 

@@ -135,3 +135,32 @@ def test_the_summary_counts_each_verdict_by_module(tmp_path):
     assert "| hpcmm/errors.py | 1 | 0 (0) | 1 | 0 | 0 | 0 |  |" in table
     assert "| total | 8 | 3 (1) | 2 | 1 | 1 | 1 | 2.0 |" in table
     assert "Killed: 3 of the 5 mutants that tests reach and judge (60.0 %)" in table
+
+
+def test_a_group_ended_by_a_signal_stops_the_run_and_keeps_no_time(tmp_path, monkeypatch):
+    """The first group finishes, the second's mutmut is killed: its verdicts so far are kept, its minutes are
+    not (a partial group would pass for a whole one), and no later group starts."""
+    import json
+    import subprocess
+
+    import mutmut_all
+
+    groups = mutmut_all.GROUPS[:3]
+    started = []
+
+    def fake_mutmut(command, cwd, check):
+        started.append(command)
+        module = command[command.index("--mutate") + 1]
+        meta = tmp_path / "mutants" / (module + ".meta")
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps({"exit_code_by_key": {"x_a": 1, "x_b": None}}))
+        return subprocess.CompletedProcess(command, -9 if len(started) == 2 else 0)
+
+    monkeypatch.setattr(mutmut_all, "REPO", tmp_path)
+    monkeypatch.setattr(mutmut_all.subprocess, "run", fake_mutmut)
+    kept = tmp_path / "kept"
+    assert mutmut_all.run(groups, kept, 1) == 137
+    assert len(started) == 2
+    seconds = json.loads((kept / "seconds.json").read_text())
+    assert list(seconds) == [groups[0].name]
+    assert (kept / "meta" / (groups[1].modules[0] + ".meta")).is_file()
