@@ -10,6 +10,7 @@ worker, and a group can be run again alone after a change::
     python tests/mutmut_all.py run --only hpcmm/verify.py   # the group that holds this module
     python tests/mutmut_all.py summary                      # the table again, from the kept results
     python tests/mutmut_all.py check                        # every module is in one group, every test exists
+    python tests/mutmut_all.py survivors --only hpcmm/verify.py   # each survivor kept, as a diff of the tree
 
 Each group starts from a fresh ``mutants/``; its mutmut results (``mutants/**/*.meta``) and its wall time are
 kept under ``--keep`` (default ``mutmut-all/``, git-ignored), from which the summary by module is written:
@@ -265,6 +266,28 @@ def summary_table(results: dict[str, dict[str, int]], seconds: dict[str, float])
     return "\n".join(lines)
 
 
+def survivor_diffs(kept: Path, modules=None, root: Path = REPO) -> str:
+    """Each survivor kept under ``kept`` (of ``modules``, or all) as mutmut shows it: a diff of the function,
+    made again from the module as the tree at ``root`` holds it (so a module changed since its run shows
+    the mutants of its new code under the old names: run the group again first)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+    from mutmut.mutation.file_mutation import mutate_file_contents
+
+    shown = []
+    for meta in sorted(kept.rglob("*.py.meta")):
+        module = meta.relative_to(kept).as_posix().removesuffix(".meta")
+        if modules and module not in modules:
+            continue
+        codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
+        names = [name for name, code in codes.items() if code == SURVIVED]
+        if not names:
+            continue
+        mutated = mutate_file_contents(module, (root / module).read_text()).code
+        for name in sorted(names, key=lambda n: (n.rpartition("__mutmut_")[0], int(n.rpartition("_")[2]))):
+            shown.append(f"# {name}: survived\n{get_diff_for_mutant(name, source=mutated, path=module)}")
+    return "\n\n".join(shown)
+
+
 def _keep(group: Group, kept: Path, seconds: float | None) -> None:
     for meta in (REPO / "mutants").rglob("*.py.meta"):
         module = meta.relative_to(REPO / "mutants").as_posix().removesuffix(".meta")
@@ -307,13 +330,17 @@ def run(groups, kept: Path, children: int) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("run", "summary", "check"))
+    parser.add_argument("command", choices=("run", "summary", "check", "survivors"))
     parser.add_argument("--only", action="append", metavar="MODULE",
-                        help="run only the group that holds this module (a path under hpcmm/); repeat for more")
+                        help="run only the group that holds this module (a path under hpcmm/), or show only its survivors; "
+                             "repeat for more")
     parser.add_argument("--keep", type=Path, default=REPO / "mutmut-all", metavar="DIR",
                         help="where each group's results and wall time are kept (default mutmut-all/)")
     parser.add_argument("--max-children", type=int, default=1, metavar="N", help="mutmut's workers (default 1)")
     options = parser.parse_args(argv)
+    if options.command == "survivors":
+        print(survivor_diffs(options.keep / "meta", options.only))
+        return 0
     found = problems()
     if options.command == "check" or found:
         print("\n".join(found) or "every module of hpcmm/ is in one group; every test path exists")

@@ -164,3 +164,23 @@ def test_a_group_ended_by_a_signal_stops_the_run_and_keeps_no_time(tmp_path, mon
     seconds = json.loads((kept / "seconds.json").read_text())
     assert list(seconds) == [groups[0].name]
     assert (kept / "meta" / (groups[1].modules[0] + ".meta")).is_file()
+
+
+def test_the_survivors_are_shown_as_diffs_of_the_tree(tmp_path):
+    """Only survivors are shown (not killed ones), each as the diff mutmut would show, made from the module."""
+    import json
+
+    import mutmut_all
+
+    pytest.importorskip("mutmut")
+    module = tmp_path / "hpcmm" / "tiny.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("def grow(a):\n    return a + 1\n")
+    kept = tmp_path / "kept"
+    (kept / "hpcmm").mkdir(parents=True)
+    codes = {"hpcmm.tiny.x_grow__mutmut_1": 0, "hpcmm.tiny.x_grow__mutmut_2": 1}
+    (kept / "hpcmm" / "tiny.py.meta").write_text(json.dumps({"exit_code_by_key": codes}))
+    shown = mutmut_all.survivor_diffs(kept, None, root=tmp_path)
+    assert shown.startswith("# hpcmm.tiny.x_grow__mutmut_1: survived\n")
+    assert "-    return a + 1" in shown and "__mutmut_2" not in shown
+    assert mutmut_all.survivor_diffs(kept, ["hpcmm/other.py"], root=tmp_path) == ""
