@@ -3,7 +3,9 @@
 Written against the mutants that mutation testing of hpcmm/cli/summary.py left alive
 (docs/mutation.md).  Pinned here: how the ranks' reports are joined (:func:`gathered_figures`),
 the figures' edge cases (no GEMM time, no host gaps, no GPU, no check), every row of the summary
-and its wording, the unit a rate is shown in, and the plain-text table where rich is not installed.
+and its wording, the unit a rate is shown in, and the plain-text table where rich is not installed;
+the busiest device's memory (:func:`busiest_device`) and ``--balance dynamic``'s figures
+(:func:`dynamic_figures`) with their rows.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import re
 import numpy as np
 import pytest
 
-from hpcmm.cli.summary import format_rate, gathered_figures, print_summary, rate_unit, summary_figures, summary_rows
+from hpcmm.cli.summary import (busiest_device, dynamic_figures, format_rate, gathered_figures, print_summary, rate_unit,
+                               summary_figures, summary_rows)
 from hpcmm.verify import Check
 
 
@@ -391,3 +394,172 @@ def test_timings_of_a_narrower_type_are_summed_in_float64():
                  host_seconds=np.full((1, 2, 3), 0.1, dtype=np.float32), ranks=1)
     assert s["seconds"] == (tenth + float(np.float32(0.2))) / 2
     assert s["gemm_seconds_max"] == s["exposed_comm_seconds"] == s["host_overhead_seconds"] == tenth + tenth + tenth
+
+
+# -- the balance mode ----------------------------------------------------------------------
+
+
+def test_a_balance_the_planner_chose_names_what_was_asked():
+    """``--balance auto`` that the planner made ``share``: the row says both."""
+    assert dict(summary_rows(_full(balance="share", balance_asked="auto")))["load imbalance"] == (
+        "3.1 % measured, 12.5 % predicted (balance share, the planner's for auto)")
+    assert dict(summary_rows(_full(balance="even", balance_asked="even")))["load imbalance"] == (
+        "3.1 % measured, 12.5 % predicted (balance even)")
+
+
+# -- the busiest device's memory -----------------------------------------------------------
+
+
+def _memory_rows(rng, ranks):
+    """Each rank's ``/memory`` row: random byte counts, the needed bytes above the operands'."""
+    rows = []
+    for _ in range(ranks):
+        operand = int(rng.integers(1, 2**34))
+        needed = operand + int(rng.integers(1, 2**30))
+        rows.append(dict(operand_bytes=operand, needed_bytes=needed, free_bytes=int(rng.integers(needed, 2**36)),
+                         peak_bytes=needed + int(rng.integers(0, 2**20))))
+    return rows
+
+
+def _device(rows):
+    """What the summary takes for one device's ranks, worked out by hand."""
+    return {"memory_ranks": len(rows), "memory_operand_bytes": sum(r["operand_bytes"] for r in rows),
+            "memory_buffer_bytes": sum(r["needed_bytes"] - r["operand_bytes"] for r in rows),
+            "memory_free_bytes": min(r["free_bytes"] for r in rows),
+            "memory_peak_bytes": sum(r["peak_bytes"] for r in rows)}
+
+
+def test_the_busiest_device_adds_up_its_ranks_and_leaves_the_others_out():
+    """Two ranks of one GPU (by UUID) and one of another: the pair, summed, where it needs the larger share."""
+    rng = np.random.default_rng(17)
+    topology = [dict(host="a", gpu_index=0, gpu_uuid="GPU-0"), dict(host="a", gpu_index=1, gpu_uuid="GPU-1"),
+                dict(host="a", gpu_index=0, gpu_uuid="GPU-0")]
+    memory = _memory_rows(rng, 3)
+    memory[1]["free_bytes"] = 4 * memory[1]["needed_bytes"]  # GPU 1: a quarter of its free bytes
+    memory[0]["free_bytes"] = memory[2]["free_bytes"] = memory[0]["needed_bytes"] + memory[2]["needed_bytes"]
+    memory[2]["free_bytes"] += 1  # GPU 0: all of the smaller of its ranks' free bytes
+    assert busiest_device(topology, memory) == _device([memory[0], memory[2]])
+    memory[1]["free_bytes"] = memory[1]["needed_bytes"] // 2  # GPU 1 now needs twice what it has
+    assert busiest_device(topology, memory) == _device([memory[1]])
+
+
+def test_the_busiest_device_is_the_largest_share_not_the_most_bytes():
+    """A small device nearly full outranks a large one half full that needs more bytes."""
+    topology = [dict(host="a", gpu_index=-1, gpu_uuid=""), dict(host="b", gpu_index=-1, gpu_uuid="")]
+    memory = [dict(operand_bytes=60, needed_bytes=100, free_bytes=200, peak_bytes=101),
+              dict(operand_bytes=8, needed_bytes=9, free_bytes=10, peak_bytes=9)]
+    assert busiest_device(topology, memory) == _device([memory[1]])
+    memory[1]["free_bytes"] = 19  # now under half full: host a's half is the larger share
+    assert busiest_device(topology, memory) == _device([memory[0]])
+
+
+def test_gpus_that_each_rank_sees_as_its_gpu_0_are_told_apart_by_uuid():
+    """``CUDA_VISIBLE_DEVICES`` set per rank: every rank's GPU is index 0 of the host, a GPU of its own."""
+    topology = [dict(host="a", gpu_index=0, gpu_uuid="GPU-%d" % i) for i in range(2)]
+    memory = [dict(operand_bytes=40, needed_bytes=60, free_bytes=100, peak_bytes=61),
+              dict(operand_bytes=30, needed_bytes=50, free_bytes=70, peak_bytes=52)]
+    assert busiest_device(topology, memory) == _device([memory[1]])
+
+
+def test_a_device_with_nothing_free_counts_one_byte_free():
+    """A device that had no free bytes when the plan was made needs ``needed_bytes`` times what it has."""
+    topology = [dict(host="a", gpu_index=0, gpu_uuid=""), dict(host="a", gpu_index=1, gpu_uuid="")]
+    memory = [dict(operand_bytes=1, needed_bytes=2, free_bytes=0, peak_bytes=2),
+              dict(operand_bytes=10, needed_bytes=15, free_bytes=10, peak_bytes=15)]
+    assert busiest_device(topology, memory) == _device([memory[0]])  # 2 of 1 byte over 15 of 10
+
+
+def test_files_without_the_plans_memory_have_no_busiest_device():
+    """No ranks' rows, or rows of a file written before the operands' bytes were recorded: nothing."""
+    assert busiest_device([], []) == {}
+    topology = [dict(host="a", gpu_index=0, gpu_uuid="")] * 2
+    assert busiest_device(topology, [dict(needed_bytes=5, free_bytes=9, peak_bytes=5)] * 2) == {}
+
+
+def test_the_memory_row_in_gib():
+    """The busiest device's row: its ranks, operands, buffers, free bytes and peak, in GiB to a tenth."""
+    gib = 2**30
+    s = _full(memory_ranks=3, memory_operand_bytes=int(54.04 * gib), memory_buffer_bytes=int(0.46 * gib),
+              memory_free_bytes=int(139.14 * gib), memory_peak_bytes=int(55.24 * gib))
+    rows = summary_rows(s)
+    keys = [key for key, _ in rows]
+    assert ("memory (3 rank(s)/device)", "operands 54.0 + buffers 0.5 of 139.1 GiB free; peak 55.2") in rows
+    assert keys.index("memory (3 rank(s)/device)") == keys.index("paths") - 1
+    assert not [key for key in dict(summary_rows(_full())) if key.startswith("memory")]
+
+
+# -- --balance dynamic ---------------------------------------------------------------------
+
+
+def _tiles(counts):
+    """``/timings/tiles`` rows: ``counts[product][(rank, owner)]`` tiles of ``owner`` computed by ``rank``."""
+    return [dict(product=p, rank=rank, owner=owner) for p, pairs in enumerate(counts)
+            for (rank, owner), many in pairs.items() for _ in range(many)]
+
+
+def test_dynamic_figures_are_medians_over_the_products():
+    """Each product's share of tiles taken from their owner, most and fewest tiles of a worker, then
+    the medians; a worker that computed nothing in a product counts 0."""
+    rng = np.random.default_rng(23)
+    counts = [{(0, 0): 4, (1, 1): 4, (2, 2): 4, (3, 3): 4},  # no tile taken: 0 of 16
+              {(0, 0): 4, (0, 1): 2, (1, 1): 2, (2, 2): 4, (3, 3): 3, (2, 3): 1},  # 3 of 16; 6 most, 2 least
+              {(0, 0): 3, (0, 1): 4, (0, 2): 4, (0, 3): 4, (3, 3): 1}]  # 12 of 16; ranks 1 and 2 none
+    rows = _tiles(counts)
+    rng.shuffle(rows)  # the ranks' reports come in rank order, not by product
+    figures = dynamic_figures(rows, (0, 1, 2, 3))
+    assert figures == {"dynamic_taken_fraction": 3 / 16, "dynamic_tiles_most": 6, "dynamic_tiles_least": 2,
+                       "dynamic_workers": 4, "dynamic_joined_products": 0}
+    one = dynamic_figures(_tiles(counts[2:]), (0, 1, 2, 3))
+    assert (one["dynamic_taken_fraction"], one["dynamic_tiles_most"], one["dynamic_tiles_least"]) == (0.75, 15, 0)
+
+
+def test_no_tiles_no_dynamic_figures():
+    assert dynamic_figures([], (0, 1)) == {}
+
+
+def test_tiles_between_nodes_only_where_there_are_several():
+    """Ranks 0, 1 on node 0 and 2, 3 on node 1: per product the tiles computed on another node than
+    their owner's (a tile taken within the node does not count), their median, and the products with any."""
+    counts = [{(0, 0): 4, (1, 1): 4, (2, 2): 4, (3, 3): 4},  # none moved
+              {(0, 0): 4, (0, 1): 2, (1, 1): 2, (2, 3): 3, (2, 2): 4, (3, 0): 1},  # within node 0 and 1; 1 moved
+              {(0, 0): 4, (0, 2): 2, (1, 1): 4, (1, 3): 1, (3, 3): 5},  # 3 moved
+              {(0, 0): 4, (1, 1): 4, (2, 2): 4, (3, 3): 4}]  # none
+    rows = _tiles(counts)
+    figures = dynamic_figures(rows, (0, 1, 2, 3), node_of=(0, 0, 1, 1))
+    assert (figures["dynamic_node_handoffs"], figures["dynamic_handoff_products"]) == (0, 2)
+    figures = dynamic_figures(_tiles(counts[1:]), (0, 1, 2, 3), node_of=(0, 0, 1, 1))
+    assert (figures["dynamic_node_handoffs"], figures["dynamic_handoff_products"]) == (1, 2)
+    one_node = dynamic_figures(rows, (0, 1, 2, 3), node_of=(0, 0, 0, 0))
+    assert one_node == dynamic_figures(rows, (0, 1, 2, 3))
+    assert "tiles between nodes" not in dict(summary_rows(_full(panel=1, prefetch=1, **one_node)))
+
+
+def test_the_dynamic_rows_say_what_the_figures_hold():
+    """The share taken in per cent to a tenth, the range of tiles a rank computed, and between nodes
+    the median moved a product with the products that moved any, right after it."""
+    counts = [{(0, 0): 5, (0, 1): 1, (1, 1): 2, (2, 2): 3, (3, 3): 3},
+              {(0, 0): 4, (1, 1): 4, (2, 2): 4, (2, 0): 1, (3, 3): 4, (0, 2): 2},
+              {(0, 0): 4, (1, 1): 4, (2, 2): 4, (3, 3): 4, (3, 1): 1}]
+    s = _full(ranks=4, **dynamic_figures(_tiles(counts), (0, 1, 2, 3), node_of=(0, 0, 1, 1)))
+    rows = summary_rows(s)
+    keys = [key for key, _ in rows]
+    assert dict(rows)["tiles taken (dynamic)"] == (
+        "7.1 % of the tiles computed by a rank not their owner; 4–6 per rank")
+    assert keys.index("tiles between nodes") == keys.index("tiles taken (dynamic)") + 1
+    assert dict(rows)["tiles between nodes"] == "1 a product (median); 2 timed product(s) moved any"
+
+
+def test_every_rank_a_worker_says_nothing_of_workers():
+    """Every rank computed, or a file from before the workers were recorded: the row ends at ``per rank``."""
+    tiles = dict(dynamic_taken_fraction=0.25, dynamic_tiles_most=5, dynamic_tiles_least=3)
+    row = "25.0 % of the tiles computed by a rank not their owner; 3–5 per rank"
+    assert dict(summary_rows(_full(dynamic_workers=4, dynamic_joined_products=0, **tiles)))[
+        "tiles taken (dynamic)"] == row
+    assert dict(summary_rows(_full(**tiles)))["tiles taken (dynamic)"] == row
+
+
+def test_a_file_without_joined_products_says_none_joined():
+    """Workers recorded but not the products the other ranks joined (an older file): none is said."""
+    s = _full(dynamic_taken_fraction=0.25, dynamic_tiles_most=5, dynamic_tiles_least=3, dynamic_workers=2)
+    assert dict(summary_rows(s))["tiles taken (dynamic)"].endswith(
+        "; 2 of 4 ranks computed (the others time-slice a GPU with one of them)")
