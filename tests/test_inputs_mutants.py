@@ -273,3 +273,115 @@ def test_a_failure_without_a_message_is_named_by_its_type(tmp_path, monkeypatch)
     with pytest.raises(InputError) as caught:
         open_source("--b", str(path), "A")
     assert str(caught.value) == f"--b={path}:A: cannot open it as HDF5 (OSError)"
+
+
+# -- the threads that draw a block -----------------------------------------------------------------
+
+
+def _threads_in_force(monkeypatch, threads):
+    import hpcmm.planning.threads as threads_module
+
+    monkeypatch.setattr(threads_module, "_IN_FORCE", [threads_module.BlasThreads(threads, threads, threads,
+                                                                                threads, threads, "test", "-")])
+    assert threads_module.threads_in_force() == threads
+
+
+@pytest.mark.parametrize("threads, tile_rows", [(2, 8), (3, 8), (4, 2), (1, 4)])
+def test_a_block_is_drawn_by_as_many_threads_as_are_in_force_and_no_more(monkeypatch, threads, tile_rows):
+    """Tile rows are drawn at once by the threads in force (no more than there are tile rows), never by
+    more: each draw here holds on until as many are under way, or a while, so that an extra thread
+    would be seen; the values are those of one thread."""
+    import threading
+    import time
+
+    import hpcmm.io.inputs as inputs
+
+    shape = (tile_rows * TILE, 5)
+    one = generate_block(3, "A", shape, (0, shape[0]), (0, shape[1]), np.float64)
+    expected = min(threads, tile_rows)
+    state = {"now": 0, "most": 0, "gave_up": False}
+    cond, real = threading.Condition(), inputs._tile
+
+    def tile(*args):
+        with cond:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+            cond.notify_all()
+            if not state["gave_up"] and not cond.wait_for(lambda: state["most"] >= expected, timeout=2):
+                state["gave_up"] = True
+        time.sleep(0.02)  # a thread beyond those in force would start meanwhile
+        with cond:
+            state["now"] -= 1
+        return real(*args)
+
+    _threads_in_force(monkeypatch, threads)
+    monkeypatch.setattr(inputs, "_tile", tile)
+    many = generate_block(3, "A", shape, (0, shape[0]), (0, shape[1]), np.float64)
+    assert np.array_equal(many, one)
+    assert state["most"] == expected and not state["gave_up"]
+
+
+def test_an_error_in_one_tile_row_leaves_the_rows_not_started_undrawn(monkeypatch):
+    """Once a tile row fails, the rows no thread has started are dropped, not drawn before the error
+    reaches the caller; and every drawing thread has ended by then."""
+    import threading
+    import time
+
+    import hpcmm.io.inputs as inputs
+
+    drawn, lock, real = [], threading.Lock(), inputs._tile
+
+    def tile(seed, which, ti, tj, shape, dtype):
+        with lock:
+            drawn.append(ti)
+        if ti == 0:
+            raise KeyboardInterrupt
+        time.sleep(0.02)  # the other rows take a while: the error is seen while most wait
+        return real(seed, which, ti, tj, shape, dtype)
+
+    _threads_in_force(monkeypatch, 2)
+    monkeypatch.setattr(inputs, "_tile", tile)
+    before = set(threading.enumerate())
+    rows = 64
+    with pytest.raises(KeyboardInterrupt):
+        generate_block(1, "B", (rows * TILE, 3), (0, rows * TILE), (0, 3), np.float32)
+    assert 0 in drawn and len(drawn) < rows // 2
+    assert set(threading.enumerate()) <= before
+
+
+def test_an_interrupt_while_the_rows_are_queued_leaves_those_not_started_undrawn(monkeypatch):
+    """A signal may land while the tile rows are being handed to the threads, before any result is
+    awaited: the rows queued but not started are dropped then too, not drawn before the interrupt reaches
+    the caller (here the interrupt is raised where the eleventh row would be queued)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import hpcmm.io.inputs as inputs
+
+    drawn, lock, real = [], threading.Lock(), inputs._tile
+
+    def tile(seed, which, ti, tj, shape, dtype):
+        with lock:
+            drawn.append(ti)
+        time.sleep(0.02)  # the first rows are still being drawn when the interrupt comes
+        return real(seed, which, ti, tj, shape, dtype)
+
+    class Interrupted(ThreadPoolExecutor):
+        queued = 0
+
+        def submit(self, *args, **kwargs):
+            if Interrupted.queued == 10:
+                raise KeyboardInterrupt
+            Interrupted.queued += 1
+            return super().submit(*args, **kwargs)
+
+    _threads_in_force(monkeypatch, 2)
+    monkeypatch.setattr(inputs, "_tile", tile)
+    monkeypatch.setattr(inputs, "ThreadPoolExecutor", Interrupted)
+    before = set(threading.enumerate())
+    rows = 64
+    with pytest.raises(KeyboardInterrupt):
+        generate_block(1, "A", (rows * TILE, 2), (0, rows * TILE), (0, 2), np.float64)
+    assert Interrupted.queued == 10 and 0 < len(drawn) < 10
+    assert set(threading.enumerate()) <= before
