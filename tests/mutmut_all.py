@@ -270,7 +270,10 @@ def survivor_diffs(kept: Path, modules=None, root: Path = REPO) -> str:
     """Each survivor kept under ``kept`` (of ``modules``, or all) as mutmut shows it: a diff of the function,
     made again from the module as the tree at ``root`` holds it (so a module changed since its run shows
     the mutants of its new code under the old names: run the group again first)."""
-    from mutmut.mutation.diff_apply import get_diff_for_mutant
+    import difflib
+
+    import libcst
+    from mutmut.mutation.diff_apply import read_mutant_function, read_original_function
     from mutmut.mutation.file_mutation import mutate_file_contents
 
     shown = []
@@ -282,9 +285,13 @@ def survivor_diffs(kept: Path, modules=None, root: Path = REPO) -> str:
         names = [name for name, code in codes.items() if code == SURVIVED]
         if not names:
             continue
-        mutated = mutate_file_contents(module, (root / module).read_text()).code
+        # Parsed once: mutmut's get_diff_for_mutant parses the whole mutated module again for every mutant.
+        mutated = libcst.parse_module(mutate_file_contents(module, (root / module).read_text()).code)
         for name in sorted(names, key=lambda n: (n.rpartition("__mutmut_")[0], int(n.rpartition("_")[2]))):
-            shown.append(f"# {name}: survived\n{get_diff_for_mutant(name, source=mutated, path=module)}")
+            before, after = (libcst.Module([read(mutated, name)]).code.strip().split("\n")
+                             for read in (read_original_function, read_mutant_function))
+            diff = difflib.unified_diff(before, after, fromfile=module, tofile=module, lineterm="")
+            shown.append(f"# {name}: survived\n" + "\n".join(diff))
     return "\n\n".join(shown)
 
 
