@@ -71,7 +71,7 @@ def _g(modules, tests: str) -> Group:
 #: One quick run each, in the order of docs/mutation.md's results table.
 GROUPS = (
     _g("hpcmm/planning/plan.py hpcmm/geometry/distribution.py hpcmm/io/redistribute.py",
-       'tests/test_matmul.py tests/test_plan_mutants.py tests/test_redistribute_ranks.py'
+       'tests/test_matmul.py tests/test_plan_mutants.py tests/test_redistribute_ranks.py tests/test_layout_overlap.py'
        ' -k "not four_ranks and not another_setting"'),
     _g("hpcmm/geometry/layout.py", "tests/test_layout.py tests/test_balance.py tests/test_layout_mutants.py"),
     _g("hpcmm/planning/algorithms/summa.py hpcmm/planning/algorithms/layers.py",
