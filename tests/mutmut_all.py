@@ -112,7 +112,9 @@ GROUPS = (
        "tests/test_choices.py tests/test_dynamic_spans.py tests/test_summa_plan.py tests/test_gemm_orders.py"
        " tests/test_arrangement.py tests/test_twofive.py tests/test_model.py::test_memory_rule_is_the_engines"
        " tests/mpi/test_choices_mpi.py tests/mpi/test_memory_count_mpi.py tests/mpi/test_dynamic_mpi.py"
-       " tests/mpi/test_twofive_mpi.py tests/test_choices_mutants.py --deselect-listed tests/mutmut_launch_only.txt"
+       " tests/mpi/test_twofive_mpi.py tests/test_choices_mutants.py"
+       " tests/test_dynamic_mutants.py::test_over_two_nodes_each_copies_in_the_other_nodes_blocks_once"
+       " --deselect-listed tests/mutmut_launch_only.txt"
        ' -k "not largest_problems_script and not bad_algo_exits and not products_at_8_ranks"'),
     _g("hpcmm/execution/topology.py",
        "tests/test_topology_mutants.py tests/test_choices.py tests/mpi/test_balance_mpi.py tests/mpi/test_channel_mpi.py"
