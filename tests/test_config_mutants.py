@@ -5,6 +5,8 @@ Written against the mutants that mutation testing of hpcmm/config.py left alive
 variable it came from), the bad value and what is expected; these tests pin the whole line.
 The parsers of :data:`hpcmm.config.ENVIRONMENT` are made once, when the module is imported,
 by ``_choice``, ``_tristate`` and ``_yes_no``: the tests make them afresh the same way.
+A config of bfloat16 makes numpy know the type's name, and one of another type leaves ml_dtypes
+unloaded: a fresh process shows both.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -23,6 +27,7 @@ from hpcmm.errors import InputError
 from hpcmm.execution.gemm_library import LIBRARIES
 from hpcmm.planning.gemm_orders import AUTO, ORDERS
 from hpcmm.planning.grid_orientation import ORIENTATIONS
+from launcher import REPO
 
 
 def _refused(make, message, error=InputError):
@@ -96,6 +101,28 @@ def test_settings_leave_out_the_provenance():
     assert "from_environment" not in names and "argv" not in names
     assert names[:3] == ["m", "n", "k"] and "machine" in names and "quiet" in names
 
+
+
+#: In a fresh process: whether ml_dtypes is loaded after a float32 RunConfig, then whether numpy knows
+#: the name "bfloat16" after a bfloat16 one.
+_TYPE_NAMES = """
+import sys, numpy as np
+from hpcmm.config import RunConfig
+RunConfig(dtype="float32")
+light = "ml_dtypes" not in sys.modules
+RunConfig(dtype="bfloat16")
+print(light, np.dtype("bfloat16").name, "ml_dtypes" in sys.modules)
+"""
+
+
+def test_a_bfloat16_config_makes_the_type_name_known_and_others_stay_light():
+    """--dtype bfloat16 makes np.dtype("bfloat16") resolve for the whole run; any other type leaves
+    ml_dtypes (most of a second to import) unloaded."""
+    assert RunConfig(dtype="bfloat16").dtype == "bfloat16" and RunConfig(dtype="float32").dtype == "float32"
+    proc = subprocess.run([sys.executable, "-c", _TYPE_NAMES], capture_output=True, text=True, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["True", "bfloat16", "True"], proc.stdout + proc.stderr
 
 # -- parse_positive_int, parse_number ----------------------------------------------------------
 

@@ -5,8 +5,9 @@ Written against the mutants that mutation testing of hpcmm/io/h5io.py left alive
 are not run by it.  Pinned: which ``--out`` paths are refused and with which message; what the
 file holds (attributes, tables and their units, timings, timeline, extra groups, a C filled with
 NaN) and in which types; the disk space reserved before HDF5 writes and a full disk reported as
-one line; the temporary names and their guards; the serial writing of C's blocks rank after rank;
-publishing without replacing a file that appeared, and the small table files.
+one line; the temporary names and their guards (the folder's probe too: one child process is a rank
+killed halfway through it); the serial writing of C's blocks rank after rank; publishing without
+replacing a file that appeared, and forgetting the temporary; the small table files.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ import errno
 import json
 import os
 import queue
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import h5py
 import numpy as np
@@ -23,6 +28,7 @@ import pytest
 
 from hpcmm.io import h5io
 from hpcmm.errors import InputError, OutputError
+from launcher import REPO
 
 
 @pytest.fixture(autouse=True)
@@ -118,6 +124,35 @@ def test_a_folder_that_takes_no_new_file_is_refused(tmp_path, monkeypatch):
     assert h5io.PENDING == set()
 
 
+
+def test_the_probe_of_a_folder_leaves_no_file_and_no_guard(tmp_path):
+    """The probe's file and its guard process are both gone once the folder is found writable."""
+    h5io.probe_directory(str(tmp_path / "r.h5"))
+    assert list(tmp_path.iterdir()) == [] and h5io.PENDING == set() and h5io._GUARDS == {}
+
+
+#: A rank killed (SIGKILL) between creating the probe's file and removing it.
+_KILLED_WHILE_PROBING = """
+import os, signal, sys
+from hpcmm.io import h5io
+h5io.remove_temporary = lambda tmp: os.kill(os.getpid(), signal.SIGKILL)
+h5io.probe_directory(sys.argv[1])
+"""
+
+
+def test_a_rank_killed_while_it_probes_the_folder_leaves_no_file(tmp_path):
+    """The probe's file is guarded like every file hpcmm makes: a rank killed halfway through the probe
+    (SIGKILL, or the launcher ending the job) leaves no hidden file in the user's folder."""
+    h5io.check_output_path(str(tmp_path / "r.h5"), False)
+    proc = subprocess.run([sys.executable, "-c", _KILLED_WHILE_PROBING, str(tmp_path / "r.h5")],
+                          capture_output=True, text=True, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    deadline = time.monotonic() + 30  # the guard sees its pipe close and removes the file
+    while _leftovers(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _leftovers(tmp_path) == []
+
 # -- temporary files -----------------------------------------------------------------------
 
 
@@ -152,6 +187,19 @@ def test_a_temporary_name_in_a_missing_folder_raises_and_is_forgotten(tmp_path):
         h5io.temporary_path(str(tmp_path / "no" / "r.h5"), guarded=True)
     assert h5io.PENDING == set()
 
+
+
+def test_an_unguarded_temporary_name_never_takes_an_existing_file(tmp_path, monkeypatch):
+    names = iter(["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"])
+    monkeypatch.setattr(h5io.secrets, "token_hex", lambda n: next(names))
+    first = tmp_path / ".r.h5.aaaaaaaaaaaa.partial"
+    first.write_text("another writer's")
+    second = h5io.temporary_path(str(tmp_path / "r.h5"))
+    assert second == str(tmp_path / ".r.h5.bbbbbbbbbbbb.partial") and os.path.getsize(second) == 0
+    assert first.read_text() == "another writer's" and h5io.PENDING == {second}
+    with pytest.raises(FileNotFoundError):
+        h5io.temporary_path(str(tmp_path / "no" / "r.h5"))
+    assert h5io.PENDING == {second}
 
 def test_the_guard_removes_a_file_its_writer_let_go(tmp_path):
     tmp = h5io.temporary_path(str(tmp_path / "r.h5"), guarded=True)
@@ -480,6 +528,27 @@ def test_publish_links_the_file_and_removes_the_temporary(tmp_path):
     assert (tmp_path / "r.h5").read_text() == "complete" and _leftovers(tmp_path) == []
     assert h5io.PUBLISHED == [str(tmp_path / "r.h5")]
 
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_publish_forgets_the_temporary_it_consumed(tmp_path, overwrite):
+    """Published or refused, the temporary file is gone and no longer among those a signal removes."""
+    out = tmp_path / "r.h5"
+    tmp = h5io.temporary_path(str(out))
+    with open(tmp, "w") as fh:
+        fh.write("first")
+    assert h5io.publish(tmp, str(out), overwrite=overwrite) == str(out)
+    assert out.read_text() == "first" and _leftovers(tmp_path) == [] and h5io.PENDING == set()
+    tmp = h5io.temporary_path(str(out))
+    with open(tmp, "w") as fh:
+        fh.write("second")
+    if overwrite:
+        h5io.publish(tmp, str(out), overwrite=True)
+    else:
+        with pytest.raises(InputError, match="file appeared during the run"):
+            h5io.publish(tmp, str(out), overwrite=False)
+    assert out.read_text() == ("second" if overwrite else "first")
+    assert _leftovers(tmp_path) == [] and h5io.PENDING == set()
 
 def test_a_temporary_that_vanished_is_an_output_error(tmp_path):
     with pytest.raises(OutputError, match=r"^--out=.*/r\.h5: cannot write the results file: No such file or"):

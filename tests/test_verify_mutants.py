@@ -407,3 +407,35 @@ def test_the_check_widens_a_block_in_chunks_of_bounded_bytes():
         assert max(seen) == rows and sum(seen) == 37, (chunk_bytes, seen)
         squared = _matmul(Recording(), block, right, squared=True, chunk_bytes=chunk_bytes)
         np.testing.assert_allclose(squared, np.abs(block.astype(np.float64)) ** 2 @ right, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, itemsize", [(np.float32, 8), (np.complex64, 16)])
+def test_a_tall_block_is_taken_in_chunks_of_its_widened_rows(dtype, itemsize):
+    """A block of more rows than columns gives the product of every row, each chunk at most ``chunk_bytes``
+    of rows as the check widens them: 8 bytes an element of a real block, 16 of a complex one.  ``right``
+    is in the block's wide type (real for the squared block), as the checks pass it."""
+    from hpcmm.verify import _matmul
+
+    seen = []
+
+    class Recording(CpuBackend):
+        def to_host(self, array):
+            seen.append(array.shape[0])
+            return super().to_host(array)
+
+    rng = np.random.default_rng(11)
+    block = rng.standard_normal((37, 5))
+    if np.dtype(dtype).kind == "c":
+        block = block + 1j * rng.standard_normal((37, 5))
+    block = block.astype(dtype)
+    right = rng.standard_normal((5, 3)) + (1j * rng.standard_normal((5, 3)) if block.dtype.kind == "c" else 0)
+    row = 5 * itemsize
+    for chunk_bytes, rows in ((4 * row, 4), (5 * row - 1, 4), (row - 1, 1), (1 << 30, 37)):
+        seen.clear()
+        got = _matmul(Recording(), block, right, chunk_bytes=chunk_bytes)
+        np.testing.assert_allclose(got, _wide(block) @ right, rtol=1e-12)
+        assert max(seen) == rows and sum(seen) == 37, (chunk_bytes, seen)
+        seen.clear()
+        squared = _matmul(Recording(), block, right.real, squared=True, chunk_bytes=chunk_bytes)
+        np.testing.assert_allclose(squared, np.abs(_wide(block)) ** 2 @ right.real, rtol=1e-12)
+        assert max(seen) == rows and sum(seen) == 37, (chunk_bytes, seen)
