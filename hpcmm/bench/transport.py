@@ -51,6 +51,9 @@ DEFAULT_SIZES_MIB = TRANSPORT_SIZES_MIB
 MAX_SIZE_MIB = 1 << 20
 #: Buffers of the largest size one rank holds at once (exported or sent, received, staged, spare).
 BUFFERS = 4
+#: The largest message of the raw MPI rows: an MPI without MPI-4's large counts takes at most a C int's
+#: count (2**31 - 1 bytes) in one message.
+RAW_MPI_MESSAGE_BYTES = 1 << 30
 
 
 def parse_sizes(text: str | None) -> list[int]:
@@ -323,11 +326,6 @@ def _pair(backend, pair: MPI.Comm, source: int, peer: int, sizes, same_node: boo
                 move = partial(_raw_mpi_move, pair, buf)
                 rows.append(_row(path, source, peer, nbytes, _median_seconds(backend, move, _reps(nbytes), pair)))
     return rows if me == 1 else []
-
-
-#: The largest message of the raw MPI rows: an MPI without MPI-4's large counts takes at most a C int's
-#: count (2**31 - 1 bytes) in one message.
-RAW_MPI_MESSAGE_BYTES = 1 << 30
 
 
 def _raw_mpi_move(pair: MPI.Comm, buf) -> None:
