@@ -14,6 +14,7 @@ import os
 import h5py
 import numpy as np
 import pytest
+from test_reliability_budget import scaled
 
 from hpcmm.errors import InputError
 from hpcmm.io.inputs import TILE, MatrixSource, check_pair, generate_block, open_source, random_vector
@@ -301,13 +302,14 @@ def test_a_block_is_drawn_by_as_many_threads_as_are_in_force_and_no_more(monkeyp
     expected = min(threads, tile_rows)
     state = {"now": 0, "most": 0, "gave_up": False}
     cond, real = threading.Condition(), inputs._tile
+    hang_guard = scaled(10)  # stretched with load; timed here, not in the drawing threads
 
     def tile(*args):
         with cond:
             state["now"] += 1
             state["most"] = max(state["most"], state["now"])
             cond.notify_all()
-            if not state["gave_up"] and not cond.wait_for(lambda: state["most"] >= expected, timeout=2):
+            if not state["gave_up"] and not cond.wait_for(lambda: state["most"] >= expected, timeout=hang_guard):
                 state["gave_up"] = True
         time.sleep(0.02)  # a thread beyond those in force would start meanwhile
         with cond:
@@ -360,11 +362,15 @@ def test_an_interrupt_while_the_rows_are_queued_leaves_those_not_started_undrawn
     import hpcmm.io.inputs as inputs
 
     drawn, lock, real = [], threading.Lock(), inputs._tile
+    started, released = threading.Event(), threading.Event()
+    hang_guard = scaled(30)  # stretched with load; timed here, not in the drawing threads
 
     def tile(seed, which, ti, tj, shape, dtype):
         with lock:
             drawn.append(ti)
-        time.sleep(0.02)  # the first rows are still being drawn when the interrupt comes
+        started.set()
+        released.wait(hang_guard)  # the first rows are still being drawn when the interrupt comes
+        time.sleep(0.02)
         return real(seed, which, ti, tj, shape, dtype)
 
     class Interrupted(ThreadPoolExecutor):
@@ -372,6 +378,8 @@ def test_an_interrupt_while_the_rows_are_queued_leaves_those_not_started_undrawn
 
         def submit(self, *args, **kwargs):
             if Interrupted.queued == 10:
+                started.wait(hang_guard)  # a row is under way
+                released.set()
                 raise KeyboardInterrupt
             Interrupted.queued += 1
             return super().submit(*args, **kwargs)
