@@ -384,28 +384,33 @@ def test_a_complex_check_says_nothing_on_stderr(method):
         assert _check(method, A, B, right, "complex64", beta=-0.5, C0=C0).passed
 
 
+class _ChunkRows(CpuBackend):
+    """The CPU backend, noting the rows of each chunk the check brings to the host."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+
+    def to_host(self, array):
+        self.rows.append(array.shape[0])
+        return super().to_host(array)
+
+
 def test_the_check_widens_a_block_in_chunks_of_bounded_bytes():
     """``_matmul`` on the device takes at most ``chunk_bytes`` of widened rows at once (one row where a
     row is more), whatever the block's shape, and gives the product of the whole block."""
     from hpcmm.execution.backend import CpuBackend
     from hpcmm.verify import _matmul
 
-    seen = []
-
-    class Recording(CpuBackend):
-        def to_host(self, array):
-            seen.append(array.shape[0])
-            return super().to_host(array)
-
     rng = np.random.default_rng(5)
     block = rng.standard_normal((37, 50)).astype(np.float32)
     right = rng.standard_normal((50, 2))
     for chunk_bytes, rows in ((50 * 8 * 4, 4), (1, 1), (1 << 30, 37)):
-        seen.clear()
-        got = _matmul(Recording(), block, right, chunk_bytes=chunk_bytes)
+        backend = _ChunkRows()
+        got = _matmul(backend, block, right, chunk_bytes=chunk_bytes)
         np.testing.assert_allclose(got, block.astype(np.float64) @ right, rtol=1e-12)
-        assert max(seen) == rows and sum(seen) == 37, (chunk_bytes, seen)
-        squared = _matmul(Recording(), block, right, squared=True, chunk_bytes=chunk_bytes)
+        assert max(backend.rows) == rows and sum(backend.rows) == 37, (chunk_bytes, backend.rows)
+        squared = _matmul(_ChunkRows(), block, right, squared=True, chunk_bytes=chunk_bytes)
         np.testing.assert_allclose(squared, np.abs(block.astype(np.float64)) ** 2 @ right, rtol=1e-12)
 
 
@@ -416,13 +421,6 @@ def test_a_tall_block_is_taken_in_chunks_of_its_widened_rows(dtype, itemsize):
     is in the block's wide type (real for the squared block), as the checks pass it."""
     from hpcmm.verify import _matmul
 
-    seen = []
-
-    class Recording(CpuBackend):
-        def to_host(self, array):
-            seen.append(array.shape[0])
-            return super().to_host(array)
-
     rng = np.random.default_rng(11)
     block = rng.standard_normal((37, 5))
     if np.dtype(dtype).kind == "c":
@@ -431,11 +429,11 @@ def test_a_tall_block_is_taken_in_chunks_of_its_widened_rows(dtype, itemsize):
     right = rng.standard_normal((5, 3)) + (1j * rng.standard_normal((5, 3)) if block.dtype.kind == "c" else 0)
     row = 5 * itemsize
     for chunk_bytes, rows in ((4 * row, 4), (5 * row - 1, 4), (row - 1, 1), (1 << 30, 37)):
-        seen.clear()
-        got = _matmul(Recording(), block, right, chunk_bytes=chunk_bytes)
+        backend = _ChunkRows()
+        got = _matmul(backend, block, right, chunk_bytes=chunk_bytes)
         np.testing.assert_allclose(got, _wide(block) @ right, rtol=1e-12)
-        assert max(seen) == rows and sum(seen) == 37, (chunk_bytes, seen)
-        seen.clear()
-        squared = _matmul(Recording(), block, right.real, squared=True, chunk_bytes=chunk_bytes)
+        assert max(backend.rows) == rows and sum(backend.rows) == 37, (chunk_bytes, backend.rows)
+        backend = _ChunkRows()
+        squared = _matmul(backend, block, right.real, squared=True, chunk_bytes=chunk_bytes)
         np.testing.assert_allclose(squared, np.abs(_wide(block)) ** 2 @ right.real, rtol=1e-12)
-        assert max(seen) == rows and sum(seen) == 37, (chunk_bytes, seen)
+        assert max(backend.rows) == rows and sum(backend.rows) == 37, (chunk_bytes, backend.rows)
