@@ -80,7 +80,8 @@ class World(ThreadComm):
 
 class _Counters:
     """MPI's shared window of one 64-bit counter per rank of a node, its atomics under one lock.  As MPI, it
-    takes only a member's rank, a lock type, and the one displacement the window of one counter has."""
+    takes only a member's rank, an epoch to every rank (``Lock_all``) around its atomics, and the one
+    displacement the window of one counter has; a ``Flush`` is what completes an atomic for its caller."""
 
     def __init__(self, comm, cells, lock):
         self.comm, self.cells, self.lock, self.freed = comm, cells, lock, False
@@ -90,30 +91,32 @@ class _Counters:
         assert not self.freed
         assert isinstance(rank, int) and 0 <= rank < len(self.cells), f"no rank {rank!r}"
 
-    def Lock(self, rank, lock_type=MPI.LOCK_EXCLUSIVE):  # noqa: N802
+    def Lock_all(self, assertion=0):  # noqa: N802
+        assert not getattr(self.held, "all", False), "Lock_all twice"
+        self.held.all, self.held.pending = True, {}
+
+    def Unlock_all(self):  # noqa: N802
+        assert getattr(self.held, "all", False), "Unlock_all without Lock_all"
+        self.held.all = False
+
+    def Flush(self, rank):  # noqa: N802
         self._member(rank)
-        assert lock_type in (MPI.LOCK_EXCLUSIVE, MPI.LOCK_SHARED), lock_type
-        self.held.rank = rank
-
-    def Unlock(self, rank):  # noqa: N802
-        assert getattr(self.held, "rank", None) == rank, f"unlock of {rank!r}, not locked"
-        self.held.rank = None
-
-    def Put(self, buf, rank, target=0):  # noqa: N802
-        assert getattr(self.held, "rank", None) == rank and target == 0
-        assert np.asarray(buf).nbytes == 8, np.asarray(buf).nbytes  # more would write past the one counter
-        with self.lock:
-            self.cells[rank][0] = np.asarray(buf)[0]
+        assert getattr(self.held, "all", False)
+        for result, value in self.held.pending.pop(rank, ()):
+            result[0] = value
 
     def Fetch_and_op(self, origin, result, rank, target_disp=0, op=MPI.SUM):  # noqa: N802
-        assert getattr(self.held, "rank", None) == rank
+        self._member(rank)
+        assert getattr(self.held, "all", False), "an atomic outside an epoch"
         assert isinstance(target_disp, int) and target_disp == 0, f"displacement {target_disp!r}: one counter"
-        assert op == MPI.SUM
-        with self.lock:
-            result[0] = self.cells[rank][0]
-            self.cells[rank][0] += np.asarray(origin)[0]
+        assert op in (MPI.SUM, MPI.REPLACE), op
+        with self.lock:  # the old value reaches ``result`` only at the Flush, as MPI allows
+            self.held.pending.setdefault(rank, []).append((result, int(self.cells[rank][0])))
+            self.cells[rank][0] = np.asarray(origin)[0] + (self.cells[rank][0] if op == MPI.SUM else 0)
 
     def Free(self):  # noqa: N802
+        assert not getattr(self.held, "all", False), "Free inside an epoch"
+        assert not getattr(self.held, "pending", None), "an atomic never flushed"
         self.comm.Barrier()
         self.freed = True
 

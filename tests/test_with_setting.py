@@ -33,9 +33,9 @@ def _tile_rows(out):
 
 
 def test_a_constant_set_changes_the_run_and_the_default_stays(tmp_path):
-    proc, even = _run(tmp_path, ranks=2)
+    proc, even = _run(tmp_path, "planning.choices.TILE_CUT[False]=even", ranks=2)
     assert proc.returncode == 0, proc.stdout
-    proc, decreasing = _run(tmp_path, "planning.choices.TILE_CUT=decreasing", ranks=2)
+    proc, decreasing = _run(tmp_path, ranks=2)
     assert proc.returncode == 0, proc.stdout
     assert sum(_tile_rows(even)) == sum(_tile_rows(decreasing)) == 4096  # every row of C once
     assert len(set(_tile_rows(even))) == 1 and len(set(_tile_rows(decreasing))) > 2
@@ -50,7 +50,7 @@ def test_an_entry_of_a_dict_constant_is_set_for_that_run(tmp_path):
     assert sum(_tile_rows(fewer)) == sum(_tile_rows(default)) == 4096
 
 
-@pytest.mark.parametrize("setting", ["planning.choices.TILES_PER_RANK[7]=4", "planning.choices.TILE_CUT[0]=even"],
+@pytest.mark.parametrize("setting", ["planning.choices.TILES_PER_RANK[7]=4", "execution.dynamic.QUEUED_TILES[0]=2"],
                          ids=["no-such-key", "not-a-dict"])
 def test_a_bad_entry_is_named(tmp_path, setting):
     proc, out = _run(tmp_path, setting)

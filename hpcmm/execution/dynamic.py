@@ -50,7 +50,7 @@ from ..geometry.layout import Layout, padded
 from .transport.channel import select_paths
 from .transport.mpi import PointToPoint
 
-__all__ = ["DynamicEngine", "DynamicTimes", "block_k_offsets"]
+__all__ = ["DynamicEngine", "DynamicTimes", "TileCounters", "block_k_offsets"]
 
 #: Tiles a rank's device may still be running when it claims the next, where several ranks compute:
 #: none, so that a slow rank never holds a tile queued behind its running one while a free rank
@@ -77,6 +77,41 @@ EARLY_LOCAL_GEMMS = {True: 0, False: 0}
 #: (:mod:`hpcmm.planning.handoff`); 0 keeps each node to its own tiles (tests/gpu/with_setting.py sets it
 #: for a comparison).
 NODE_HANDOFFS = 1
+
+
+class TileCounters:
+    """One 64-bit tile counter per rank of a node, in MPI shared memory, claimed with MPI's atomics.
+
+    The window stays in one passive epoch to every rank (``Lock_all`` with ``MODE_NOCHECK``) from its
+    creation to :meth:`close`: a claim is one ``Fetch_and_op`` and a ``Flush``, with no lock to acquire.
+    A lock per claim waits until the counter's owner enters MPI (MPICH grants it by message): a rank that
+    ran out of tiles then stood idle for one whole GEMM of a busy owner (a third of a second on CPUs).
+
+    Collective over ``comm`` (the node) to build and to close.
+    """
+
+    def __init__(self, comm) -> None:
+        self.window = MPI.Win.Allocate_shared(8, 8, comm=comm)
+        self.window.Lock_all(MPI.MODE_NOCHECK)
+        self._one, self._zero = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        self._got = np.zeros(1, dtype=np.int64)
+
+    def claim(self, target: int) -> int:
+        """Add one to node rank ``target``'s counter; returns its value before (the tile claimed)."""
+        self.window.Fetch_and_op(self._one, self._got, target, 0, MPI.SUM)
+        self.window.Flush(target)
+        return int(self._got[0])
+
+    def reset(self, target: int) -> None:
+        """Set ``target``'s counter to 0 (atomically, as the claims are); complete when this returns.  The
+        others may claim from it only after a collective that follows."""
+        self.window.Fetch_and_op(self._zero, self._got, target, 0, MPI.REPLACE)
+        self.window.Flush(target)
+
+    def close(self) -> None:
+        """Collective: end the epoch and free the window."""
+        self.window.Unlock_all()
+        self.window.Free()
 
 
 class JoinRule:
@@ -225,9 +260,7 @@ class DynamicEngine:
             self.peers = peer_cls(self.node_comm, backend)
             self._raw = self.peers.allocate(self._extent(topo.rank) * itemsize)
         with collective_setup(topo.comm, self.close):
-            # In the node's shared memory (tiles are handed out within a node); a claim may still need
-            # its owner to enter MPI, which a busy owner does after every GEMM (_progress).
-            self.counters = MPI.Win.Allocate_shared(8, 8, comm=self.node_comm)
+            self.counters = TileCounters(self.node_comm)  # tiles are handed out within a node
         with collective_setup(topo.comm, self.close):
             self._copy_comms = self._copy_communicators()
             self.broadcast = broadcast_cls(backend) if self._copy_comms else None
@@ -425,19 +458,16 @@ class DynamicEngine:
     def _progress(self) -> None:
         """Let MPI serve the other ranks' claims on this rank's counter.
 
-        MPI's one-sided atomics on a node may need the target to enter MPI (no asynchronous
-        progress without a helper thread): a rank busy multiplying calls in after every GEMM, so
-        that a rank that ran out of work waits one GEMM at most for its claim.
+        Where an MPI's one-sided atomics on a node still need the target to enter MPI (no
+        asynchronous progress without a helper thread; :class:`TileCounters` needs no lock), a rank
+        busy multiplying calls in after every GEMM, so that a rank that ran out of work waits one
+        GEMM at most for its claim.
         """
         self.topo.comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
-    def _claim(self, owner: int, one: np.ndarray, got: np.ndarray) -> int:
+    def _claim(self, owner: int) -> int:
         """The next unclaimed tile of ``owner`` (one past its last once all are taken)."""
-        target = self._node_index[owner]
-        self.counters.Lock(target, MPI.LOCK_SHARED)
-        self.counters.Fetch_and_op(one, got, target, 0, MPI.SUM)
-        self.counters.Unlock(target)
-        return int(got[0])
+        return self.counters.claim(self._node_index[owner])
 
     def _copy_in(self) -> tuple[int, float]:
         """Several nodes: send this rank's A and B blocks to the ranks of its grid row and column on other
@@ -592,11 +622,8 @@ class DynamicEngine:
         backend, comm, me = self.backend, self.topo.comm, self.topo.rank
         stream = backend.compute_stream
         self.bytes_by_pair.clear()
-        zero = np.zeros(1, dtype=np.int64)
         mine = self._node_index[me]
-        self.counters.Lock(mine, MPI.LOCK_EXCLUSIVE)
-        self.counters.Put(zero, mine, 0)
-        self.counters.Unlock(mine)
+        self.counters.reset(mine)
         # Every counter is 0, the last product's tiles are written, and every rank knows which workers' GPUs
         # ran slow (the one exchange a product needs anyway, in place of a barrier).
         # With several nodes each rank's last product rides along, for the estimate of the tiles that move.
@@ -606,12 +633,11 @@ class DynamicEngine:
         product_start = backend.event(stream)
         moves = self._handoffs([work for _, work in reports])
         limit = {owner: len(self.tiles[owner]) - sum(move.owner == owner for move in moves) for owner in self.node_ranks}
-        one, got = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         computes = me in self.workers or self.joined
         # Where EARLY_LOCAL_GEMMS is on, over several nodes, the rank's first tile starts on its GEMMs that read
         # this node's blocks alone while the other nodes' blocks are copied in: (tile, start event, event where
         # those GEMMs end) or None.
-        early = self._early_tile(limit[me], one, got, stream) if computes else None
+        early = self._early_tile(limit[me], stream) if computes else None
         copied = self._copy_in()
         handed = self._send_handed(moves)
         done = []  # (owner, tile, start event, end event, (pause's start event, its end event) or None)
@@ -634,7 +660,7 @@ class DynamicEngine:
                 # host is fast.
                 while len(done) >= queued and not backend.event_done(done[-queued][3]):
                     self._progress()
-                index = self._claim(owner, one, got)
+                index = self._claim(owner)
                 if index >= limit[owner]:  # a moved tile is one of the last: another node computes it
                     break
                 if gathered is not None and done:  # the first tile ran while the copies did
@@ -665,7 +691,7 @@ class DynamicEngine:
             self._last_work = (span, flops, *copied)
         return self._times(product_start, product_end, done, start)
 
-    def _early_tile(self, limit: int, one: np.ndarray, got: np.ndarray, stream):
+    def _early_tile(self, limit: int, stream):
         """Several nodes: claim this rank's first tile and queue its GEMMs that read this node's blocks alone,
         before the copies of the other nodes' blocks (:meth:`_copy_in`), so that the device works while they
         arrive; returns ``(tile, start event, event after those GEMMs)``, or ``None`` where there is nothing
@@ -673,7 +699,7 @@ class DynamicEngine:
         me = self.topo.rank
         if not (self._copy_comms and EARLY_LOCAL_GEMMS[self.backend.on_gpu]) or self.gather or not self._ordered[me][1]:
             return None
-        index = self._claim(me, one, got)
+        index = self._claim(me)
         if index >= limit:  # its tiles all went to other nodes; the loop's next claim finds none either
             return None
         begin = self.backend.event(stream)
@@ -726,7 +752,7 @@ class DynamicEngine:
             self.moved.close()
             self.moved = None
         if self.counters is not None:
-            self.counters.Free()
+            self.counters.close()
             self.counters = None
         if self.peers is not None:
             self.peers.close()

@@ -65,12 +65,15 @@ TILE_ROW_ALIGN = {True: 128, False: 8}
 #: 28.0.  On CPUs (2 ranks given 6 and 2 BLAS threads, 4096³) 32 ran behind 8 in both calls that
 #: compared them (0.24 and 0.23 against 0.28 and 0.27 TFLOP/s); 2, 4 and 8 were inside the spread.
 TILES_PER_RANK = {True: 2, False: 8}
-#: How a block's rows are cut into its tiles: ``"even"``, equal tiles; or ``"decreasing"``, tile i of n
-#: given rows in proportion to n - i (trapezoid self-scheduling, Tzen and Ni 1993: the first claims the
-#: widest GEMMs, the last, which even out the ranks' finishing times, the finest).  Even is the
-#: default: decreasing ran 2 % behind it on an H200 under MPS and within the spread on CPUs
-#: (docs/performance.md); tests/gpu/with_setting.py sets the other for a comparison.
-TILE_CUT = "even"
+#: How a block's rows are cut into its tiles (GPU, CPU): ``"even"``, equal tiles; or ``"decreasing"``, tile
+#: i of n given rows in proportion to n - i (trapezoid self-scheduling, Tzen and Ni 1993: the first claims
+#: the widest GEMMs, the last, which even out the ranks' finishing times, the finest).  On CPUs a rank
+#: half as fast as the other (2 ranks, 4096³, one of them beside a busy loop on its core) ran 0.96 of
+#: the two ranks' rates alone with decreasing tiles, 0.86 with even ones, whose last tile of the slow rank
+#: kept the fast one idle; where the ranks are even the two ran the same (docs/performance.md).  On a GPU
+#: decreasing ran 2 % behind even under MPS (an H200).  tests/gpu/with_setting.py sets the other for a
+#: comparison.
+TILE_CUT = {True: "even", False: "decreasing"}
 #: Whether a lone dynamic worker gathers the whole operands where they fit (:func:`lone_worker_gather`);
 #: 0 keeps its tiles reading the owners' blocks (tests/gpu/with_setting.py sets it for a comparison).
 LONE_WORKER_GATHER = 1
@@ -97,7 +100,7 @@ def tile_rows(rows: int, on_gpu: bool, count: int | None = None,
     """The row ranges of one C block's tiles for ``--balance dynamic`` (:mod:`hpcmm.execution.dynamic`): up to
     ``count`` (:func:`tiles_per_block`; by default the device's :data:`TILES_PER_RANK`), none under
     :data:`LEAST_TILE_ROWS` rows (one tile where the block is smaller), the rows beyond that least cut
-    as :data:`TILE_CUT` says (or ``cut``).
+    as the device's :data:`TILE_CUT` says (or ``cut``).
 
     >>> tile_rows(1000, on_gpu=False, count=8, cut="even")[:3], len(tile_rows(1000, False, 8, "even"))
     (((0, 120), (120, 248), (248, 368)), 8)
@@ -106,7 +109,7 @@ def tile_rows(rows: int, on_gpu: bool, count: int | None = None,
     >>> tile_rows(300, on_gpu=True), tile_rows(0, on_gpu=True), tile_rows(4096, on_gpu=True, count=1)
     (((0, 300),), (), ((0, 4096),))
     """
-    cut = TILE_CUT if cut is None else cut
+    cut = TILE_CUT[on_gpu] if cut is None else cut
     if cut not in ("decreasing", "even"):
         raise ValueError(f"tile cut {cut!r}: not decreasing or even")
     if rows <= 0:

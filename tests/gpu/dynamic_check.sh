@@ -88,10 +88,10 @@ hpcmm_cmd() {
   if [[ $balance =~ ^dynamic([0-9]*)(-even)?(-tp([0-9]+))?(-nogather)?(-dec)?(-nohandoff)?(-early)?$ ]] && [ "$balance" != dynamic ]; then
     [ -n "${BASH_REMATCH[8]}" ] && set+=("execution.dynamic.EARLY_LOCAL_GEMMS[True]=1")
     [ -n "${BASH_REMATCH[7]}" ] && set+=(execution.dynamic.NODE_HANDOFFS=0)
-    [ -n "${BASH_REMATCH[6]}" ] && set+=(planning.choices.TILE_CUT=decreasing)
+    [ -n "${BASH_REMATCH[6]}" ] && set+=("planning.choices.TILE_CUT[True]=decreasing" "planning.choices.TILE_CUT[False]=decreasing")
     [ -n "${BASH_REMATCH[5]}" ] && set+=(planning.choices.LONE_WORKER_GATHER=0)
     [ -n "${BASH_REMATCH[1]}" ] && set+=("execution.dynamic.QUEUED_TILES=${BASH_REMATCH[1]}")
-    [ -n "${BASH_REMATCH[2]}" ] && set+=(planning.choices.TILE_CUT=even)
+    [ -n "${BASH_REMATCH[2]}" ] && set+=("planning.choices.TILE_CUT[True]=even" "planning.choices.TILE_CUT[False]=even")
     [ -n "${BASH_REMATCH[4]}" ] && set+=("planning.choices.TILES_PER_RANK[True]=${BASH_REMATCH[4]}" \
                                          "planning.choices.TILES_PER_RANK[False]=${BASH_REMATCH[4]}")
     balance=dynamic
