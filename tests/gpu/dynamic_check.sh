@@ -4,7 +4,7 @@
 #   bash tests/gpu/dynamic_check.sh          (about 5 minutes on one H200 for the first three parts)
 #
 # DYN_PARTS picks the parts (default "verify sliced mps"; all: "verify sliced mps default mpsequal
-# corunner threads nodes cpunodes"):
+# corunner threads nodes cpunodes cpuslow"):
 # 1. verify: uneven products at 2 and 4 ranks with --balance dynamic --verify full.
 # 2. sliced: ranks time-sliced on the GPU (no MPS): for each size of DYN_SIZES (default "8192 16384",
 #    float64), 1 rank, then DYN_RANKS ranks (default "2 8") with share and with dynamic, in turns,
@@ -39,6 +39,9 @@
 #    second rank's core throughout (a co-runner on one node): share, measured, dynamic-nohandoff and
 #    dynamic, DYN_NODE_ITERS products each, against the ideal: the sum of each rank's rate alone at one
 #    rank, pinned as it is (the second beside its busy loop).  Runs on any host of two cores or more.
+# 10. cpuslow: as cpunodes on one node (no virtual nodes, the grid the planner picks): 2 ranks pinned to a
+#    core each, one BLAS thread, the second made half as fast by the busy loop on its core: share, measured,
+#    dynamic-even and dynamic, DYN_NODE_ITERS products each, against the same ideal.
 # A balance written dynamicQ (dynamic2, say) is --balance dynamic with Q tiles queued per worker,
 # dynamic-even (or dynamicQ-even) with even tiles, dynamic-tpT (dynamic-even-tp8) with T tiles per worker,
 # dynamic-nogather with a lone worker's tiles read from the owners' blocks, dynamic-dec (dynamic-tp16-dec) with decreasing tiles,
@@ -269,8 +272,8 @@ if part threads; then
   done
 fi
 
-# 9. two CPU nodes, a co-runner on the second
-if part cpunodes; then
+# 9. two CPU nodes, a co-runner on the second; 10. one node, a rank made slow
+if part cpunodes || part cpuslow; then
   n=${DYN_CPU_N:-4096}
   mapfile -t cores < <(for f in /sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list; do
                          cut -d, -f1 < "$f" | cut -d- -f1; done | sort -n -u)
@@ -281,14 +284,21 @@ if part cpunodes; then
     taskset -c "$c1" $py -c 'while True: pass' & hog=$!
     cpu=(--device cpu --m "$n" --iters "$N_NODE_ITERS" --quiet)
     for round in $(seq "$ROUNDS"); do
-      one "$round" cpunodes 1 "$n" alone-0 -- mpiexec -n 1 taskset -c "$c0" $py -m hpcmm "${cpu[@]}"
-      one "$round" cpunodes 1 "$n" alone-1 -- mpiexec -n 1 taskset -c "$c1" $py -m hpcmm "${cpu[@]}"
-      for balance in ${DYN_CPU_NODE_BALANCES:-share measured dynamic-nohandoff dynamic}; do
-        # shellcheck disable=SC2207
-        args=($(hpcmm_cmd "$balance") "${cpu[@]}" --ranks-per-node 1 --grid 2x1
-              --out "$(outfile "$round" cpunodes 2 "$n" "$balance")")
-        one "$round" cpunodes 2 "$n" "$balance" -- mpiexec -n 1 taskset -c "$c0" "${args[@]}" : \
-          -n 1 taskset -c "$c1" "${args[@]}"
+      for case in cpunodes cpuslow; do
+        part "$case" || continue
+        one "$round" "$case" 1 "$n" alone-0 -- mpiexec -n 1 taskset -c "$c0" $py -m hpcmm "${cpu[@]}"
+        one "$round" "$case" 1 "$n" alone-1 -- mpiexec -n 1 taskset -c "$c1" $py -m hpcmm "${cpu[@]}"
+        if [ "$case" = cpunodes ]; then
+          balances=${DYN_CPU_NODE_BALANCES:-share measured dynamic-nohandoff dynamic} nodes=(--ranks-per-node 1 --grid 2x1)
+        else
+          balances=${DYN_CPU_SLOW_BALANCES:-share measured dynamic-even dynamic} nodes=()
+        fi
+        for balance in $balances; do
+          # shellcheck disable=SC2207
+          args=($(hpcmm_cmd "$balance") "${cpu[@]}" "${nodes[@]}" --out "$(outfile "$round" "$case" 2 "$n" "$balance")")
+          one "$round" "$case" 2 "$n" "$balance" -- mpiexec -n 1 taskset -c "$c0" "${args[@]}" : \
+            -n 1 taskset -c "$c1" "${args[@]}"
+        done
       done
     done
     kill "$hog"; wait "$hog" 2>/dev/null
@@ -361,8 +371,8 @@ for key in sorted(runs, key=lambda k: (k[0], k[2], k[1], k[3])):
     elif case.startswith("corunner") and case.endswith("-half"):
         ref = best_static(case, n)
         what, field = f"best static ({ref[3]}, co-runner throughout), after the co-runner's start", "after"
-    elif case == "cpunodes" and ranks == 2:
-        alone = [("cpunodes", 1, n, f"alone-{r}") for r in (0, 1)]
+    elif case in ("cpunodes", "cpuslow") and ranks == 2:
+        alone = [(case, 1, n, f"alone-{r}") for r in (0, 1)]
         ideal = sum(med(k, "tflops") for k in alone)
         ratio = med(key, "tflops") / ideal
         ref, what = None, "ideal: " + " + ".join(f"{k[3]} {med(k, 'tflops'):.4f}" for k in alone)
@@ -379,7 +389,7 @@ for key in sorted(runs, key=lambda k: (k[0], k[2], k[1], k[3])):
         ref, what = None, ""
     if ref:
         ratio = med(key, field) / med(ref, field)
-    elif not (case in ("threads", "cpunodes") and ranks == 2):
+    elif not (case in ("threads", "cpunodes", "cpuslow") and ranks == 2):
         ratio = float("nan")
     ran = runs[key][0].get("ran", "-")
     digits = 2 if vals[-1] >= 1 else 3  # CPU rates are a few hundredths of a TFLOP/s
