@@ -41,7 +41,9 @@
 #    rank, pinned as it is (the second beside its busy loop).  Runs on any host of two cores or more.
 # 10. cpuslow: as cpunodes on one node (no virtual nodes, the grid the planner picks): 2 ranks pinned to a
 #    core each, one BLAS thread, the second made half as fast by the busy loop on its core: share, measured,
-#    dynamic-even and dynamic, DYN_NODE_ITERS products each, against the same ideal.
+#    dynamic-even and dynamic, DYN_NODE_ITERS products each, against the same ideal.  DYN_CPU_HOGS: how many busy
+#    loops share the second core in both parts (default 1; on a 2-core virtual machine 2 left its rank half
+#    of the core, as 1 did).
 # A balance written dynamicQ (dynamic2, say) is --balance dynamic with Q tiles queued per worker,
 # dynamic-even (or dynamicQ-even) with even tiles, dynamic-tpT (dynamic-even-tp8) with T tiles per worker,
 # dynamic-nogather with a lone worker's tiles read from the owners' blocks, dynamic-dec (dynamic-tp16-dec) with decreasing tiles,
@@ -281,7 +283,8 @@ if part cpunodes || part cpuslow; then
   if [ -z "$c1" ]; then
     echo "cpunodes: one physical core; needs two" | tee -a "$log"
   else
-    taskset -c "$c1" $py -c 'while True: pass' & hog=$!
+    hogs=()
+    for _ in $(seq "${DYN_CPU_HOGS:-1}"); do taskset -c "$c1" $py -c 'while True: pass' & hogs+=($!); done
     cpu=(--device cpu --m "$n" --iters "$N_NODE_ITERS" --quiet)
     for round in $(seq "$ROUNDS"); do
       for case in cpunodes cpuslow; do
@@ -301,7 +304,7 @@ if part cpunodes || part cpuslow; then
         done
       done
     done
-    kill "$hog"; wait "$hog" 2>/dev/null
+    kill "${hogs[@]}"; wait "${hogs[@]}" 2>/dev/null
   fi
 fi
 
