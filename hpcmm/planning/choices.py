@@ -68,9 +68,9 @@ TILES_PER_RANK = {True: 2, False: 8}
 #: How a block's rows are cut into its tiles (GPU, CPU): ``"even"``, equal tiles; or ``"decreasing"``, tile
 #: i of n given rows in proportion to n - i (trapezoid self-scheduling, Tzen and Ni 1993: the first claims
 #: the widest GEMMs, the last, which even out the ranks' finishing times, the finest).  On CPUs a rank
-#: half as fast as the other (2 ranks, 4096³, one of them beside a busy loop on its core) ran 0.96 of
-#: the two ranks' rates alone with decreasing tiles, 0.86 with even ones, whose last tile of the slow rank
-#: kept the fast one idle; where the ranks are even the two ran the same (docs/performance.md).  On a GPU
+#: half as fast as the other (2 ranks, 4096³, one of them beside a busy loop on its core) ran 0.95 of
+#: the two ranks' rates alone with decreasing tiles, 0.85-0.87 with even ones, whose last tile of the slow
+#: rank kept the fast one idle; where the ranks are even the two ran the same (docs/performance.md).  On a GPU
 #: decreasing ran 2 % behind even under MPS (an H200).  tests/gpu/with_setting.py sets the other for a
 #: comparison.
 TILE_CUT = {True: "even", False: "decreasing"}
