@@ -55,7 +55,11 @@
 # Each run's row goes to $OUT/rows.tsv (round, case, ranks, n, balance, rc, TFLOP/s, imbalance,
 # tiles taken, the balance that ran, TFLOP/s after a co-runner started, tiles moved between nodes a
 # product); the medians and their
-# ratios are printed last.  Exit status: failed runs.
+# ratios are printed last.  Each --balance dynamic run adds a line per rank to $OUT/tile-rates.tsv: its
+# tiles a product, their GFLOP a product, the seconds its tile GEMMs took (median over products), the
+# product's seconds, its GFLOP/s while its GEMMs ran and the fraction of the product they filled (a rank
+# below its rate alone lost to its neighbours or its tiles' shapes; one with time to spare, to the balance).
+# Exit status: failed runs.
 # Where .device/env.sh is there (the kit), it is sourced in system mode (DYN_KIT_MODE=cuda-aware: in that
 # mode; DYN_KIT=no: the mpiexec on PATH).
 set -u
@@ -67,6 +71,8 @@ log=$OUT/dynamic.log
 rows=$OUT/rows.tsv
 : > "$log"
 printf 'round\tcase\tranks\tn\tbalance\trc\ttflops\timbalance\ttaken\tran\tafter\tmoved\n' > "$rows"
+tile_rates=$OUT/tile-rates.tsv
+printf 'round\tcase\tranks\tn\tbalance\trank\ttiles\tgflop\tgemm_s\tproduct_s\tgflops_busy\tbusy\n' > "$tile_rates"
 export OMP_NUM_THREADS=1
 SIZES=${DYN_SIZES:-8192 16384}
 RANKS=${DYN_RANKS:-2 8}
@@ -125,9 +131,24 @@ one() {
   [ "$rc" = 0 ] || failed=$((failed + 1))
   local facts="nan\tnan\tnan\t-\tnan\t0"
   if [ "$rc" = 0 ]; then
-    facts=$($py - "$out" "${CORUNNER_RECORD:-}" <<'PY' 2>> "$log"
+    facts=$($py - "$out" "${CORUNNER_RECORD:-}" "$tile_rates" "$round" "$case" "$ranks" "$n" "$balance" <<'PY' 2>> "$log"
 import json, os, sys, h5py, numpy as np
 with h5py.File(sys.argv[1], "r") as f:
+    if "timings/tiles" in f:  # each rank's tile GEMMs: what they did a product, and at what rate
+        config, tiles = f["config"].attrs, f["timings/tiles"][()]
+        cols = {int(r["rank"]): int(config["block_cols"][int(r["grid_col"])]) for r in f["topology"][()]}
+        product_s = float(np.median(f["timings/product_seconds"][()]))
+        products = sorted(set(int(p) for p in tiles["product"]))
+        with open(sys.argv[3], "a") as rates:
+            for rank in sorted(cols):
+                per = [tiles[(tiles["rank"] == rank) & (tiles["product"] == p)] for p in products]
+                flops = [sum(2.0 * (int(t["row1"]) - int(t["row0"])) * cols[int(t["owner"])] * int(config["k"]) for t in x)
+                         for x in per]
+                busy = float(np.median([x["seconds"].sum() for x in per]))
+                gflop = float(np.median(flops)) / 1e9
+                rate = gflop / busy if busy > 0 else float("nan")
+                rates.write("\t".join(sys.argv[4:9]) + f"\t{rank}\t{np.median([len(x) for x in per]):.0f}\t{gflop:.2f}\t"
+                            f"{busy:.4f}\t{product_s:.4f}\t{rate:.2f}\t{busy / product_s:.3f}\n")
     s = f["summary"].attrs
     after = float("nan")
     if sys.argv[2] and os.path.exists(sys.argv[2]):  # the products that started after the co-runner did
