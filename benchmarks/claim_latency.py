@@ -67,7 +67,7 @@ def main() -> None:
     if node.size < 2:
         raise SystemExit("claim_latency.py: needs two ranks or more on one node")
     if node.rank == 0:
-        print(f"# {MPI.Get_library_version().splitlines()[0].strip()}; n={args.n}")
+        print(f"# {MPI.Get_library_version().splitlines()[0].strip(chr(0) + ' ')}; n={args.n}")
         print("way\trepeat\tclaim_s\towner_gemm_s")
     for repeat in range(args.repeats):
         for way in ("lock", "epoch"):
