@@ -6,8 +6,8 @@ only when the target rank enters MPI; a rank multiplying on its CPU does not for
 measures, for each way of claiming, the seconds one claim on a busy owner's counter takes:
 
 - ``lock``: ``Lock(target, LOCK_SHARED)``, ``Fetch_and_op``, ``Unlock`` per claim;
-- ``epoch``: one ``Lock_all(MODE_NOCHECK)`` for the window's life, ``Fetch_and_op`` and ``Flush`` per claim
-  (what hpcmm does).
+- ``epoch``: hpcmm's :class:`~hpcmm.execution.dynamic.TileCounters` (one ``Lock_all(MODE_NOCHECK)`` for the
+  window's life, ``Fetch_and_op`` and ``Flush`` per claim).
 
 Run on one node with two ranks or more (rank 0 claims, the others multiply)::
 
@@ -25,15 +25,32 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from hpcmm.execution.dynamic import TileCounters
+
+
+def _locked_claims(node):
+    """The claim as it was before :class:`TileCounters`: a shared lock on the target per claim.  Returns
+    (claim on node rank 1's counter, close)."""
+    window = MPI.Win.Allocate_shared(8, 8, comm=node)
+    one, got = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+
+    def claim() -> None:
+        window.Lock(1, MPI.LOCK_SHARED)
+        window.Fetch_and_op(one, got, 1, 0, MPI.SUM)
+        window.Unlock(1)
+
+    return claim, window.Free
+
 
 def claim_seconds(node, way: str, n: int) -> tuple[float, float]:
     """One trial: rank 1 multiplies two ``n`` × ``n`` matrices while rank 0 claims from its counter; returns
     (claim seconds, GEMM seconds) on rank 0 (zeros elsewhere)."""
-    window = MPI.Win.Allocate_shared(8, 8, comm=node)
-    one, got = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    if way == "lock":
+        claim_one, close = _locked_claims(node)
+    else:  # hpcmm's own counters
+        counters = TileCounters(node)
+        claim_one, close = (lambda: counters.claim(1)), counters.close
     a = np.random.default_rng(node.rank).random((n, n))
-    if way == "epoch":
-        window.Lock_all(MPI.MODE_NOCHECK)
     node.Barrier()
     claim = gemm = 0.0
     if node.rank == 1:
@@ -43,18 +60,10 @@ def claim_seconds(node, way: str, n: int) -> tuple[float, float]:
     elif node.rank == 0:
         time.sleep(0.05)  # the owner is inside its GEMM
         start = time.perf_counter()
-        if way == "lock":
-            window.Lock(1, MPI.LOCK_SHARED)
-            window.Fetch_and_op(one, got, 1, 0, MPI.SUM)
-            window.Unlock(1)
-        else:
-            window.Fetch_and_op(one, got, 1, 0, MPI.SUM)
-            window.Flush(1)
+        claim_one()
         claim = time.perf_counter() - start
-    if way == "epoch":
-        window.Unlock_all()
     gemm = node.allreduce(gemm, op=MPI.MAX)
-    window.Free()
+    close()
     return claim, gemm
 
 
