@@ -93,7 +93,7 @@ def test_the_tiles_of_a_slow_rank_are_taken_by_the_others(mpi_tmp_path, monkeypa
 
             monkeypatch.setattr(backend, "gemm", slow)
     cfg = config(mpi_tmp_path, m=64 * P, n=24, k=16, balance="dynamic", iters=1, warmup=0, panel=16,
-                 verify="full", save_c=False)
+                 verify="full", save_c=False, device="cpu")  # the CPU's tile cut: a GPU's may be one a block
     result = hpcmm.run(cfg, comm=COMM)
     everywhere(result.check.passed, f"residual {result.check.residual}")
 
@@ -238,7 +238,8 @@ def test_blocks_and_tiles_cross_nodes_staged_through_host_buffers(mpi_tmp_path, 
 def _early_gemms(monkeypatch, early: int, record: list) -> None:
     """Run the first tile's early GEMMs on CPUs too (``early``), and record per product the GEMMs this rank
     ran before its copies of other nodes' blocks; the copies are NaN at each product's start (the last
-    product's would still be right), so that a GEMM that read one before it arrived spoils C."""
+    product's would still be right), so that a GEMM that read one before it arrived spoils C.  It counts the
+    CPU's GEMMs: the runs that use it pass ``device="cpu"``."""
     import numpy as np
 
     from hpcmm.execution import dynamic
@@ -284,7 +285,7 @@ def test_a_first_tile_starts_on_its_nodes_blocks_while_the_copies_arrive(mpi_tmp
     _early_gemms(monkeypatch, 1, before)
     m, n, k = 37 * P + 5, 29, 3 * P + 40
     run_and_compare(mpi_tmp_path, m=m, n=n, k=k, balance="dynamic", ranks_per_node=ranks_per_node, iters=3,
-                    warmup=1, panel=8, grid={"Px1": (P, 1), "1xP": (1, P), "auto": None}[grid])
+                    warmup=1, panel=8, grid={"Px1": (P, 1), "1xP": (1, P), "auto": None}[grid], device="cpu")
     started = len(before) == 4 and min(before) >= 1
     everywhere(started or (grid == "auto" and RANK != 0), f"GEMMs before the copies, per product: {before}")
 
@@ -296,7 +297,8 @@ def test_by_default_a_rank_copies_before_it_multiplies(mpi_tmp_path, monkeypatch
         pytest.skip("needs 2 ranks")
     before = []
     _early_gemms(monkeypatch, 0, before)
-    run_and_compare(mpi_tmp_path, m=23 * P + 3, n=19, k=31, balance="dynamic", ranks_per_node=1, iters=2)
+    run_and_compare(mpi_tmp_path, m=23 * P + 3, n=19, k=31, balance="dynamic", ranks_per_node=1, iters=2,
+                    device="cpu")
     everywhere(before == [0, 0], f"GEMMs before the copies, per product: {before}")
 
 
@@ -332,7 +334,7 @@ def test_the_wait_for_the_copies_is_no_tiles_time(mpi_tmp_path, monkeypatch):
 
     monkeypatch.setattr(dynamic.DynamicEngine, "_copy_in", copy_in)
     result = run_and_compare(mpi_tmp_path, m=40 * P + 7, n=21, k=33, balance="dynamic", ranks_per_node=1,
-                             iters=2, timeline=True)
+                             iters=2, timeline=True, device="cpu")
     everywhere(result.summary["ranks"] == P)
 
     def check():
