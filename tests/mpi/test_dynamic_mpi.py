@@ -80,7 +80,8 @@ def test_every_tile_is_computed_exactly_once_per_product(mpi_tmp_path):
 
 @pytest.mark.timeout(300)  # a hang guard
 def test_the_tiles_of_a_slow_rank_are_taken_by_the_others(mpi_tmp_path, monkeypatch):
-    """Rank 0's GEMMs take a second each; the other ranks finish theirs at once, then take rank 0's tiles."""
+    """Rank 0's GEMMs take a second each; the other ranks finish theirs at once, then take rank 0's tiles, and
+    every tile is computed once (each row of each block in one tile)."""
     if P < 2:
         pytest.skip("needs 2 ranks")
     if RANK == 0:
@@ -99,6 +100,11 @@ def test_the_tiles_of_a_slow_rank_are_taken_by_the_others(mpi_tmp_path, monkeypa
 
     def check():
         rows, taken = _tiles(cfg.out)
+        with h5py.File(cfg.out, "r") as f:
+            layout_cols = int(str(f["config"].attrs["grid"]).split("x")[1])
+        claims = [(int(r["owner"]), int(r["tile"])) for r in rows]
+        assert len(claims) == len(set(claims)), "a tile computed twice"
+        assert sum(int(r["row1"] - r["row0"]) for r in rows) == cfg.m * layout_cols  # every row of every block
         by_rank = collections.Counter(int(r["rank"]) for r in rows)
         own_tiles = sum(1 for r in rows if int(r["owner"]) == 0)
         assert own_tiles >= 2, own_tiles  # its block has 64 rows or more: tiles of 32
