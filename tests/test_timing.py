@@ -29,7 +29,8 @@ from hpcmm.execution.engine import Engine
 from hpcmm.io.inputs import generate_block
 from hpcmm.geometry.layout import Grid, Layout
 from hpcmm.model.cost import Problem, builtin, predict
-from hpcmm.cli.summary import dynamic_figures, print_summary, summary_figures, summary_rows
+from hpcmm.cli.summary import (dynamic_figures, print_summary, share_imbalance_at_rates, summary_figures,
+                               summary_rows)
 from hpcmm.dtypes import product_flops
 from hpcmm.execution.topology import Topology
 from hpcmm.verify import Check
@@ -212,6 +213,39 @@ def test_load_imbalance_compares_only_the_ranks_that_computed():
     assert dict(summary_rows(s))["tiles taken (dynamic)"].endswith(
         "; 2 of 4 ranks computed (the others time-slice a GPU with one of them; all computed in 1 product(s), "
         "while the GPU ran slow)")
+
+
+def test_the_summary_says_what_the_share_blocks_would_have_cost_at_the_rates_that_ran():
+    """With dynamic tiles the load imbalance also gives the share blocks' at the rates the ranks ran: a rank
+    half as fast whose tiles were taken ran even, and would have run 1/3 behind the mean on its own block."""
+    # 2 ranks, blocks of 40 rows (rank 0's 6 columns wide, rank 1's 3): rank 1 computes twice rank 0's rate.
+    rows = [dict(product=p, rank=0, owner=0, tile=0, row0=0, row1=20, seconds=2.0) for p in (0, 1)]
+    rows += [dict(product=p, rank=1, owner=0, tile=1, row0=20, row1=40, seconds=1.0) for p in (0, 1)]
+    rows += [dict(product=p, rank=1, owner=1, tile=0, row0=0, row1=40, seconds=1.0) for p in (0, 1)]
+    # rates: rank 0 120 / 2 s = 60, rank 1 (120 + 120) / 2 s = 120; alone: 240 / 60 = 4 s, 120 / 120 = 1 s
+    assert share_imbalance_at_rates(rows[::2], owner_cols=(6, 3)) == pytest.approx(4.0 / 2.5 - 1.0)
+    figures = dynamic_figures(rows, (0, 1), owner_cols=(6, 3))
+    assert figures["dynamic_share_imbalance"] == pytest.approx(0.6)
+    assert "dynamic_share_imbalance" not in dynamic_figures(rows, (0, 1))  # no columns: not worked out
+    # Product 1 slower for rank 0 (rate 30: 8 s alone): the median of the products, not the mean or the last.
+    rows[1] = dict(rows[1], seconds=4.0)
+    rows.append(dict(product=2, rank=0, owner=0, tile=0, row0=0, row1=40, seconds=1.0))  # rate 240: 1 s
+    rows.append(dict(product=2, rank=1, owner=1, tile=0, row0=0, row1=40, seconds=1.0))  # 1 s: even
+    static = [share_imbalance_at_rates([r for r in rows if r["product"] == p], (6, 3)) for p in (0, 1, 2)]
+    assert static == pytest.approx([0.6, 8.0 / 4.5 - 1.0, 0.0])
+    assert dynamic_figures(rows, (0, 1), owner_cols=(6, 3))["dynamic_share_imbalance"] == pytest.approx(0.6)
+    # A time-sliced GPU's lone worker computed every tile: the others' rates are not known.
+    lone = [dict(product=0, rank=0, owner=o, tile=0, row0=0, row1=10, seconds=1.0) for o in (0, 1)]
+    assert share_imbalance_at_rates(lone, (4, 4)) != share_imbalance_at_rates(lone, (4, 4))  # NaN
+    assert "dynamic_share_imbalance" not in dynamic_figures(lone, (0,), owner_cols=(4, 4))
+    s = summary_figures(m=8, n=8, k=8, dtype="float64", ranks=2, gpus=0, product_seconds=[1.0],
+                        step_seconds=_steps(2, 1, 1, 1.0, 0.0), host_seconds=np.zeros((2, 1, 1)), check=None,
+                        paths=set())
+    s.update(figures, balance="dynamic", predicted_imbalance=0.0, panel=1, prefetch=1)
+    assert dict(summary_rows(s))["load imbalance"] == ("0.0 % measured, 0.0 % predicted (balance dynamic); "
+                                                       "the share blocks at these ranks' rates: 60.0 %")
+    del s["dynamic_share_imbalance"]
+    assert dict(summary_rows(s))["load imbalance"] == "0.0 % measured, 0.0 % predicted (balance dynamic)"
 
 
 def test_the_ranks_beside_a_lone_worker_join_only_while_its_gpu_runs_slow():

@@ -413,6 +413,12 @@ def _engine_workers(engine) -> tuple[int, ...]:
     return tuple(getattr(engine, "workers", None) or range(engine.topo.size))
 
 
+def _block_columns(engine) -> list[int]:
+    """Each rank's C block columns: a row of its tiles is this wide (``--balance dynamic``, one layer)."""
+    layout = engine.layout
+    return [layout.extent(layout.c_block(rank)[1]) for rank in range(engine.topo.size)]
+
+
 def _predicted_imbalance(engine) -> float:
     """The blocks' predicted imbalance (2.5D: of one layer's grid; every layer has the same rows and columns)."""
     if isinstance(engine, LayeredEngine):
@@ -441,7 +447,7 @@ def _gather_and_write(engine: Engine, config: RunConfig, setup: Setup, timings: 
                            peak_memory_bytes_max=max(r.memory["peak_bytes"] for r in reports),
                            **busiest_device([r.topology for r in reports], [r.memory for r in reports]),
                            **(dynamic_figures([row for r in reports for row in r.tiles], _engine_workers(engine),
-                                              getattr(engine, "vnodes", None))
+                                              getattr(engine, "vnodes", None), _block_columns(engine))
                               if reports[0].tiles is not None else {}),
                            predicted_imbalance=_predicted_imbalance(engine), plan_seconds=setup.plan_seconds,
                            **setup.arrangement.summary(), balance_asked=config.balance_asked or config.balance,

@@ -19,8 +19,8 @@ import numpy as np
 
 from ..dtypes import product_flops
 
-__all__ = ["Gathered", "busiest_device", "dynamic_figures", "format_rate", "gathered_figures", "print_summary", "summary_figures",
-           "summary_rows"]
+__all__ = ["Gathered", "busiest_device", "dynamic_figures", "format_rate", "gathered_figures", "print_summary",
+           "share_imbalance_at_rates", "summary_figures", "summary_rows"]
 
 #: An element error (fraction of its row's norm-wise scale) beyond which the summary warns.
 DETECTABLE_GOAL = 0.01
@@ -183,11 +183,13 @@ def busiest_device(topology: list[dict], memory: list[dict]) -> dict:
             "memory_peak_bytes": sum(r["peak_bytes"] for r in rows)}
 
 
-def dynamic_figures(tiles: list[dict], workers, node_of=None) -> dict:
+def dynamic_figures(tiles: list[dict], workers, node_of=None, owner_cols=None) -> dict:
     """``--balance dynamic``: the share of tiles a rank computed for another, and the most one rank computed.
 
     ``tiles``: the rows of ``/timings/tiles`` (``product``, ``rank``, ``owner`` ...); ``workers``:
-    the ranks that compute tiles; ``node_of``: each rank's (virtual) node, where there are several.
+    the ranks that compute tiles; ``node_of``: each rank's (virtual) node, where there are several;
+    ``owner_cols``: each rank's C block columns, for ``dynamic_share_imbalance``
+    (:func:`share_imbalance_at_rates`).
     Medians over the timed products: ``dynamic_taken_fraction`` (tiles computed by a rank other than
     their owner, over all tiles), ``dynamic_tiles_most`` and ``dynamic_tiles_least`` (per worker),
     ``dynamic_workers`` (how many ranks compute tiles), ``dynamic_joined_products``: the products in
@@ -220,7 +222,37 @@ def dynamic_figures(tiles: list[dict], workers, node_of=None) -> dict:
         moved = [sum(node_of[row["rank"]] != node_of[row["owner"]] for row in tiles if row["product"] == product)
                  for product in products]
         figures.update(dynamic_node_handoffs=int(np.median(moved)), dynamic_handoff_products=sum(m > 0 for m in moved))
+    if owner_cols is not None:
+        static = [share_imbalance_at_rates([row for row in tiles if row["product"] == product], owner_cols)
+                  for product in products]
+        if all(value == value for value in static):  # NaN where not every owner computed tiles
+            figures["dynamic_share_imbalance"] = float(np.median(static))
     return figures
+
+
+def share_imbalance_at_rates(tiles: list[dict], owner_cols) -> float:
+    """The load imbalance the share blocks would have had at the rates the ranks ran: what ``dynamic`` saved.
+
+    Each rank's rate is the C area of the tiles it computed (rows × their owner's block columns) over
+    their GEMM seconds; its time under the static share, its own block's area over that rate; the
+    imbalance, as ``load_imbalance``: the longest time over the mean, less one.  NaN where a rank that
+    owns tiles computed none (a time-sliced GPU's lone worker): its rate is not known.
+
+    >>> tiles = [dict(rank=0, owner=0, row0=0, row1=10, seconds=2.0), dict(rank=1, owner=0, row0=10, row1=20,
+    ...          seconds=1.0), dict(rank=1, owner=1, row0=0, row1=20, seconds=2.0)]
+    >>> share_imbalance_at_rates(tiles, owner_cols=(5, 5))  # rank 0 alone would take 4 s, rank 1 2 s
+    0.33333333333333326
+    """
+    area, seconds, own = collections.Counter(), collections.Counter(), collections.Counter()
+    for row in tiles:
+        rows = row["row1"] - row["row0"]
+        area[row["rank"]] += rows * owner_cols[row["owner"]]
+        seconds[row["rank"]] += row["seconds"]
+        own[row["owner"]] += rows * owner_cols[row["owner"]]
+    if any(area[owner] <= 0 or seconds[owner] <= 0 for owner in own):
+        return float("nan")
+    times = np.array([own[owner] * seconds[owner] / area[owner] for owner in own])
+    return float(times.max() / times.mean() - 1.0)
 
 
 def _memory(s: dict) -> str:
@@ -244,13 +276,17 @@ def _verification(s: dict) -> str:
 
 
 def _imbalance(s: dict) -> str:
-    """Measured GEMM imbalance, with the balance mode and what its layout predicted (where recorded)."""
+    """Measured GEMM imbalance, with the balance mode and what its layout predicted (where recorded), and with
+    ``dynamic`` what the share blocks would have had at the rates the ranks ran."""
     measured = f"{100 * s['load_imbalance']:.1f} %"
     if "balance" not in s:  # a file written before --balance
         return measured
     asked = s.get("balance_asked", s["balance"])
     mode = s["balance"] if asked == s["balance"] else f"{s['balance']}, the planner's for {asked}"
-    return f"{measured} measured, {100 * s['predicted_imbalance']:.1f} % predicted (balance {mode})"
+    text = f"{measured} measured, {100 * s['predicted_imbalance']:.1f} % predicted (balance {mode})"
+    if "dynamic_share_imbalance" in s:  # what the share blocks would have cost at the rates that ran
+        text += f"; the share blocks at these ranks' rates: {100 * s['dynamic_share_imbalance']:.1f} %"
+    return text
 
 
 def _workers(s: dict) -> str:
