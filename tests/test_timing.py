@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import time
 
 import h5py
@@ -234,6 +235,14 @@ def test_the_summary_says_what_the_share_blocks_would_have_cost_at_the_rates_tha
     static = [share_imbalance_at_rates([r for r in rows if r["product"] == p], (6, 3)) for p in (0, 1, 2)]
     assert static == pytest.approx([0.6, 8.0 / 4.5 - 1.0, 0.0])
     assert dynamic_figures(rows, (0, 1), owner_cols=(6, 3))["dynamic_share_imbalance"] == pytest.approx(0.6)
+    # A rate needs both area and seconds: a tile timed at 0 s (the clock's resolution), or empty tiles alone,
+    # leave it unknown; one row of one column is area enough.
+    tiny = [dict(rank=0, owner=0, row0=0, row1=1, seconds=0.5), dict(rank=1, owner=1, row0=0, row1=1, seconds=0.0)]
+    assert math.isnan(share_imbalance_at_rates(tiny, (1, 1)))
+    tiny[1]["seconds"] = 0.25
+    assert share_imbalance_at_rates(tiny, (1, 1)) == pytest.approx(0.5 / 0.375 - 1.0)
+    empty = [dict(rank=0, owner=0, row0=0, row1=0, seconds=0.001), dict(rank=1, owner=1, row0=0, row1=4, seconds=1.0)]
+    assert math.isnan(share_imbalance_at_rates(empty, (3, 3)))
     # A time-sliced GPU's lone worker computed every tile: the others' rates are not known.
     lone = [dict(product=0, rank=0, owner=o, tile=0, row0=0, row1=10, seconds=1.0) for o in (0, 1)]
     assert share_imbalance_at_rates(lone, (4, 4)) != share_imbalance_at_rates(lone, (4, 4))  # NaN

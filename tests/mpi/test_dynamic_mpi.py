@@ -18,6 +18,7 @@ import pytest
 from test_run_mpi import COMM, P, RANK, config, everywhere, on_rank0, raised_everywhere, run_and_compare, shape
 
 import hpcmm
+from hpcmm.cli.summary import dynamic_figures
 from hpcmm.execution.backend import CpuBackend, GpuBackend
 from hpcmm.planning.choices import tile_rows, tiles_per_block
 
@@ -74,8 +75,36 @@ def test_every_tile_is_computed_exactly_once_per_product(mpi_tmp_path):
             count = tiles_per_block(P, P, on_gpu=False)
             expected = {rank: len(tile_rows(covered[rank], False, count)) if P > 1 else 1 for rank in range(P)}
             assert owners == expected and min(owners.values()) > (1 if P > 1 else 0), owners
+        _check_share_imbalance(cfg.out)
 
     on_rank0(check)
+
+
+def _check_share_imbalance(path) -> dict:
+    """``/summary`` ``dynamic_share_imbalance`` against the same figure from ``/timings/tiles`` and each rank's
+    block columns in ``/config`` (a rank in the file is its grid position, row-major); both absent where some
+    rank computed no tile.  Returns the summary."""
+    with h5py.File(path, "r") as f:
+        rows, summary = f["timings/tiles"][()], dict(f["summary"].attrs)
+        block_cols, layout_cols = list(f["config"].attrs["block_cols"]), int(str(f["config"].attrs["grid"]).split("x")[1])
+    tiles = [{name: row[name].item() for name in rows.dtype.names} for row in rows]
+    want = dynamic_figures(tiles, range(P), owner_cols=[block_cols[r % layout_cols] for r in range(P)])
+    assert ("dynamic_share_imbalance" in summary) == ("dynamic_share_imbalance" in want), (summary, want)
+    assert summary.get("dynamic_share_imbalance") == pytest.approx(want.get("dynamic_share_imbalance"))
+    return summary
+
+
+def test_the_summary_weighs_each_tile_by_its_owners_block_columns(mpi_tmp_path, monkeypatch):
+    """On one grid row the blocks differ in columns: the share blocks' imbalance at the rates that ran weighs each
+    tile a rank computed by its owner's columns.  Rank 0 runs slow, so that the others take its tiles."""
+    if P < 2:
+        pytest.skip("needs 2 ranks")
+    _slow_rank_0(monkeypatch, 0.2)
+    cfg = config(mpi_tmp_path, m=96, n=7 * P + 1, k=16, balance="dynamic", iters=1, warmup=0, panel=16,
+                 verify="full", save_c=False, grid=(1, P), device="cpu")
+    result = hpcmm.run(cfg, comm=COMM)
+    everywhere(result.check.passed, f"residual {result.check.residual}")
+    on_rank0(lambda: _check_share_imbalance(cfg.out))
 
 
 @pytest.mark.timeout(300)  # a hang guard
@@ -103,7 +132,7 @@ def test_the_tiles_of_a_slow_rank_are_taken_by_the_others(mpi_tmp_path, monkeypa
     if s["dynamic_tiles_least"] >= 1:
         everywhere(s.get("dynamic_share_imbalance", 0.0) > 0.5, f"{s.get('dynamic_share_imbalance')}")
     else:
-        everywhere("dynamic_share_imbalance" not in s, f"{s['dynamic_share_imbalance']} with a rank's rate unknown")
+        everywhere("dynamic_share_imbalance" not in s, f"{s.get('dynamic_share_imbalance')} with a rank's rate unknown")
 
     def check():
         rows, taken = _tiles(cfg.out)
