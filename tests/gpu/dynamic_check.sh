@@ -54,7 +54,7 @@
 # and DYN_CO_VARIANTS take them, for A/B runs in one call.
 # Each run's row goes to $OUT/rows.tsv (round, case, ranks, n, balance, rc, TFLOP/s, imbalance,
 # tiles taken, the balance that ran, TFLOP/s after a co-runner started, tiles moved between nodes a
-# product); the medians and their
+# product, and for dynamic the share blocks' imbalance at the rates it ran); the medians and their
 # ratios are printed last.  Each --balance dynamic run adds a line per rank to $OUT/tile-rates.tsv: its
 # tiles a product, their GFLOP a product, the seconds its tile GEMMs took (median over products), the
 # product's seconds, its GFLOP/s while its GEMMs ran and the fraction of the product they filled (a rank
@@ -70,7 +70,7 @@ mkdir -p "$OUT" "$work"
 log=$OUT/dynamic.log
 rows=$OUT/rows.tsv
 : > "$log"
-printf 'round\tcase\tranks\tn\tbalance\trc\ttflops\timbalance\ttaken\tran\tafter\tmoved\n' > "$rows"
+printf 'round\tcase\tranks\tn\tbalance\trc\ttflops\timbalance\ttaken\tran\tafter\tmoved\tshare_at_rates\n' > "$rows"
 tile_rates=$OUT/tile-rates.tsv
 printf 'round\tcase\tranks\tn\tbalance\trank\ttiles\tgflop\tgemm_s\tproduct_s\tgflops_busy\tbusy\n' > "$tile_rates"
 export OMP_NUM_THREADS=1
@@ -129,7 +129,7 @@ one() {
   timeout --foreground "$LIMIT" "${cmd[@]}" >> "$log" 2>&1
   local rc=$?
   [ "$rc" = 0 ] || failed=$((failed + 1))
-  local facts="nan\tnan\tnan\t-\tnan\t0"
+  local facts="nan\tnan\tnan\t-\tnan\t0\tnan"
   if [ "$rc" = 0 ]; then
     facts=$($py - "$out" "${CORUNNER_RECORD:-}" "$tile_rates" "$round" "$case" "$ranks" "$n" "$balance" <<'PY' 2>> "$log"
 import json, os, sys, h5py, numpy as np
@@ -156,7 +156,7 @@ with h5py.File(sys.argv[1], "r") as f:
         late = f["timings/product_seconds"][()][f["timings/product_start_seconds"][()] >= began]
         after = s["flops"] / np.median(late) / 1e12 if late.size else float("nan")
     print(f"{s['tflops']:.3f}\t{s['load_imbalance']:.4f}\t{s.get('dynamic_taken_fraction', 0.0):.4f}\t"
-          f"{s['balance']}\t{after:.3f}\t{s.get('dynamic_node_handoffs', 0)}")
+          f"{s['balance']}\t{after:.3f}\t{s.get('dynamic_node_handoffs', 0)}\t{s.get('dynamic_share_imbalance', float('nan')):.4f}")
 PY
 )
   fi
@@ -422,6 +422,9 @@ for key in sorted(runs, key=lambda k: (k[0], k[2], k[1], k[3])):
           f"{100 * med(key, 'imbalance'):>8.1f}% {100 * med(key, 'taken'):>5.1f}% {med(key, 'after'):>7.2f} "
           f"{med(key, 'moved'):>5.0f} "
           f"{ratio:>6.3f}  {what}")
+    if med(key, "share_at_rates") == med(key, "share_at_rates"):  # dynamic, every rank computed: its share blocks
+        print(f"{'':<20} {'':>5} {'':>6} {'':<9} the share blocks at the rates it ran: "
+              f"{100 * med(key, 'share_at_rates'):.1f}% imbalance")
 PY
 echo "failed runs: $failed"
 exit "$failed"
