@@ -86,7 +86,8 @@ def _check_share_imbalance(path) -> dict:
     rank computed no tile.  Returns the summary."""
     with h5py.File(path, "r") as f:
         rows, summary = f["timings/tiles"][()], dict(f["summary"].attrs)
-        block_cols, layout_cols = list(f["config"].attrs["block_cols"]), int(str(f["config"].attrs["grid"]).split("x")[1])
+        block_cols = list(f["config"].attrs["block_cols"])
+        layout_cols = int(str(f["config"].attrs["grid"]).split("x")[1])
     tiles = [{name: row[name].item() for name in rows.dtype.names} for row in rows]
     want = dynamic_figures(tiles, range(P), owner_cols=[block_cols[r % layout_cols] for r in range(P)])
     assert ("dynamic_share_imbalance" in summary) == ("dynamic_share_imbalance" in want), (summary, want)
@@ -132,7 +133,8 @@ def test_the_tiles_of_a_slow_rank_are_taken_by_the_others(mpi_tmp_path, monkeypa
     if s["dynamic_tiles_least"] >= 1:
         everywhere(s.get("dynamic_share_imbalance", 0.0) > 0.5, f"{s.get('dynamic_share_imbalance')}")
     else:
-        everywhere("dynamic_share_imbalance" not in s, f"{s.get('dynamic_share_imbalance')} with a rank's rate unknown")
+        everywhere("dynamic_share_imbalance" not in s,
+                   f"{s.get('dynamic_share_imbalance')} with a rank's rate unknown")
 
     def check():
         rows, taken = _tiles(cfg.out)
