@@ -204,12 +204,14 @@ def dynamic_figures(tiles: list[dict], workers, node_of=None, owner_cols=None) -
     >>> figures["dynamic_node_handoffs"], figures["dynamic_handoff_products"]
     (1, 1)
     """
-    products = sorted({row["product"] for row in tiles})
-    if not products:
+    by_product = collections.defaultdict(list)
+    for row in tiles:
+        by_product[row["product"]].append(row)
+    if not by_product:
         return {}
+    per_product = [by_product[product] for product in sorted(by_product)]
     taken, most, least, joined = [], [], [], 0
-    for product in products:
-        mine = [row for row in tiles if row["product"] == product]
+    for mine in per_product:
         joined += any(row["rank"] not in workers for row in mine)
         taken.append(sum(row["rank"] != row["owner"] for row in mine) / len(mine))
         counts = collections.Counter(row["rank"] for row in mine)
@@ -219,12 +221,10 @@ def dynamic_figures(tiles: list[dict], workers, node_of=None, owner_cols=None) -
                "dynamic_tiles_least": int(np.median(least)), "dynamic_workers": len(workers),
                "dynamic_joined_products": joined}
     if node_of is not None and len(set(node_of)) > 1:
-        moved = [sum(node_of[row["rank"]] != node_of[row["owner"]] for row in tiles if row["product"] == product)
-                 for product in products]
+        moved = [sum(node_of[row["rank"]] != node_of[row["owner"]] for row in mine) for mine in per_product]
         figures.update(dynamic_node_handoffs=int(np.median(moved)), dynamic_handoff_products=sum(m > 0 for m in moved))
     if owner_cols is not None:
-        static = [share_imbalance_at_rates([row for row in tiles if row["product"] == product], owner_cols)
-                  for product in products]
+        static = [share_imbalance_at_rates(mine, owner_cols) for mine in per_product]
         if all(value == value for value in static):  # NaN where not every owner computed tiles
             figures["dynamic_share_imbalance"] = float(np.median(static))
     return figures
