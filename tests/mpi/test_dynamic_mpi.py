@@ -48,6 +48,12 @@ def _tiles(path):
         return f["timings/tiles"][()], f["summary"].attrs["dynamic_taken_fraction"]
 
 
+def _grid_cols(path) -> int:
+    """The process grid's columns of the run written at ``path``."""
+    with h5py.File(path, "r") as f:
+        return int(str(f["config"].attrs["grid"]).split("x")[1])
+
+
 def test_every_tile_is_computed_exactly_once_per_product(mpi_tmp_path):
     # On the CPUs wherever it runs: the counts below are a CPU's tile cut (on one time-sliced GPU, one rank
     # computes every tile, one per block).
@@ -58,8 +64,7 @@ def test_every_tile_is_computed_exactly_once_per_product(mpi_tmp_path):
 
     def check():
         rows, _ = _tiles(cfg.out)
-        with h5py.File(cfg.out, "r") as f:
-            layout_cols = int(str(f["config"].attrs["grid"]).split("x")[1])
+        layout_cols = _grid_cols(cfg.out)
         per_product = collections.defaultdict(list)
         for row in rows:
             per_product[int(row["product"])].append((int(row["owner"]), int(row["tile"])))
@@ -87,7 +92,7 @@ def _check_share_imbalance(path) -> dict:
     with h5py.File(path, "r") as f:
         rows, summary = f["timings/tiles"][()], dict(f["summary"].attrs)
         block_cols = list(f["config"].attrs["block_cols"])
-        layout_cols = int(str(f["config"].attrs["grid"]).split("x")[1])
+    layout_cols = _grid_cols(path)
     tiles = [{name: row[name].item() for name in rows.dtype.names} for row in rows]
     want = dynamic_figures(tiles, range(P), owner_cols=[block_cols[r % layout_cols] for r in range(P)])
     assert ("dynamic_share_imbalance" in summary) == ("dynamic_share_imbalance" in want), (summary, want)
@@ -138,8 +143,7 @@ def test_the_tiles_of_a_slow_rank_are_taken_by_the_others(mpi_tmp_path, monkeypa
 
     def check():
         rows, taken = _tiles(cfg.out)
-        with h5py.File(cfg.out, "r") as f:
-            layout_cols = int(str(f["config"].attrs["grid"]).split("x")[1])
+        layout_cols = _grid_cols(cfg.out)
         claims = [(int(r["owner"]), int(r["tile"])) for r in rows]
         assert len(claims) == len(set(claims)), "a tile computed twice"
         assert sum(int(r["row1"] - r["row0"]) for r in rows) == cfg.m * layout_cols  # every row of every block
