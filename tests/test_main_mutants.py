@@ -483,14 +483,6 @@ def test_a_failed_check_prints_the_summary_and_exits_1(monkeypatch, tmp_path, ca
     assert err.startswith("hpcmm: error: verification failed: full residual ")
 
 
-def test_print_writes_on_rank_0_only(capsys):
-    cli._print(0, "out")
-    cli._print(0, "err", err=True)
-    cli._print(1, "nothing")
-    cli._print(1, "nothing", err=True)
-    assert capsys.readouterr() == ("out\n", "err\n")
-
-
 # -- the parsers: each subcommand's options, their values, defaults, choices and groups ---------
 
 _RUN = ["--m", "5", "--n", "6", "--k", "7", "--dtype", "float32", "--tf32", "--seed", "3", "--alpha", "2",

@@ -368,13 +368,6 @@ def config_from(ns: argparse.Namespace, environ=None, argv: list[str] | None = N
     return RunConfig(**values, from_environment=frozenset(from_environment), argv=command)
 
 
-def _print(rank: int, text: str, err: bool = False) -> None:
-    if rank == 0:
-        stream = sys.stderr if err else sys.stdout
-        stream.write(text + "\n")
-        stream.flush()
-
-
 #: Seconds a rank with an error waits for the others at the end before it aborts the job.
 SETTLE_WAIT = 5.0
 
