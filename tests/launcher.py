@@ -61,6 +61,17 @@ def quiet_environment() -> dict[str, str]:
     return env
 
 
+def rank_environment(device: str | None = None, **extra: str) -> dict[str, str]:
+    """:func:`quiet_environment` with this checkout first on ``PYTHONPATH`` (the ranks may run in another
+    folder and must still import this hpcmm), ``HPCMM_DEVICE`` set to ``device`` if given, then ``extra``."""
+    env = quiet_environment()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    if device is not None:
+        env["HPCMM_DEVICE"] = device
+    env.update(extra)
+    return env
+
+
 def run_launcher(cmd: list[str], limit: float | None, cwd: Path = REPO, env=None,
                  stall: float | None = None) -> subprocess.CompletedProcess:
     """Run ``cmd`` in a process group of its own; on a hang, kill the whole group and fail.

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launcher import REPO, find_mpiexec, quiet_environment
+from launcher import REPO, find_mpiexec, rank_environment
 
 # Each rank: its own output files, then the program itself (exec keeps the pid the launcher knows).
 _SHELL = ('r="${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-x}}"; '
@@ -46,10 +46,7 @@ def is_hydra(launcher: str) -> bool:
 
 
 def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = quiet_environment()
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env.update(extra or {})
-    return env
+    return rank_environment(**(extra or {}))
 
 
 @dataclasses.dataclass

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import h5py
 import numpy as np
 import pytest
-from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
+from launcher import REPO, mpiexec_or_skip, quiet_environment, rank_environment, run_launcher
 from mpi4py import MPI
 
 import hpcmm
@@ -356,9 +356,7 @@ def mpiexec() -> str:
 
 
 def _hpcmm(mpiexec, ranks, *args, cwd=REPO):
-    env = quiet_environment()
-    env["HPCMM_DEVICE"] = "cpu"
-    env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env = rank_environment("cpu")
     return run_launcher([mpiexec, "-n", str(ranks), sys.executable, "-m", "hpcmm", *args], 180, cwd=cwd, env=env)
 
 

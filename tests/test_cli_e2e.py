@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 import ranklog
-from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
+from launcher import REPO, mpiexec_or_skip, rank_environment, run_launcher
 from test_reliability_budget import scaled
 
 from hpcmm.io.inputs import generate_block
@@ -36,11 +36,7 @@ def mpiexec() -> str:
 
 def hpcmm(mpiexec: str, ranks: int, *args: str, cwd: Path = REPO, **env: str):
     """Run ``mpiexec -n RANKS python -m hpcmm ARGS`` on the CPU; returns the finished process."""
-    environ = quiet_environment()
-    environ["HPCMM_DEVICE"] = "cpu"
-    # The job may run outside the repository: it must still find this hpcmm.
-    environ["PYTHONPATH"] = ":".join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
-    environ.update(env)
+    environ = rank_environment("cpu", **env)
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "hpcmm", *args]
     return run_launcher(cmd, limit(), cwd=cwd, env=environ)
 
@@ -164,8 +160,7 @@ def test_no_arguments_runs_the_default_job(mpiexec, tmp_path):
 
 def test_one_process_without_mpiexec(tmp_path):
     """``python -m hpcmm`` alone (MPI starts as a singleton)."""
-    environ = quiet_environment()
-    environ["PYTHONPATH"] = ":".join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
+    environ = rank_environment()
     proc = run_launcher([sys.executable, "-m", "hpcmm", "--device", "cpu", "--m", "40", "--n", "30", "--k", "20",
                          "--out", "one.h5"], limit(), cwd=tmp_path, env=environ)
     assert proc.returncode == 0, proc.stdout

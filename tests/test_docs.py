@@ -13,7 +13,7 @@ import sys
 
 import h5py
 import pytest
-from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
+from launcher import REPO, mpiexec_or_skip, quiet_environment, rank_environment, run_launcher
 
 from hpcmm.cli import main as cli
 from hpcmm.config import ENVIRONMENT, MAX_PREFETCH, OUTPUT_PATTERN, settings_from_environment
@@ -190,9 +190,7 @@ def test_readme_exit_zero_row_covers_verify_none(tmp_path):
     """Exit 0 is documented for --verify none, and that is what a run does."""
     row = next(r for r in readme_table("| status | meaning |") if r[0] == "0")
     assert "`--verify none`" in row[1]
-    environ = quiet_environment()
-    environ["HPCMM_DEVICE"] = "cpu"
-    environ["PYTHONPATH"] = ":".join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
+    environ = rank_environment("cpu")
     out = tmp_path / "none.h5"
     proc = run_launcher([sys.executable, "-m", "hpcmm", "--m", "9", "--n", "8", "--k", "7", "--verify", "none",
                          "--quiet", "--out", str(out)], 120, cwd=tmp_path, env=environ)

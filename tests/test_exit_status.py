@@ -11,7 +11,7 @@ import sys
 
 import h5py
 import pytest
-from launcher import REPO, find_mpiexec, quiet_environment, run_launcher
+from launcher import find_mpiexec, rank_environment, run_launcher
 from ranklog import runner_argv
 
 from hpcmm.io import status
@@ -111,9 +111,7 @@ def mpiexec():
 
 def hpcmm(mpiexec, tmp_path, args, faults=(), **env):
     """``python -m hpcmm`` at 2 ranks; with ``faults``, through tests/fault_runner.py."""
-    environ = quiet_environment()
-    environ.update(HPCMM_DEVICE="cpu", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")])),
-                   **env)
+    environ = rank_environment("cpu", **env)
     program = runner_argv(list(faults)) if faults else [sys.executable, "-m", "hpcmm"]
     cmd = [mpiexec, "-n", "2", *program, *args]
     return run_launcher(cmd, 120, cwd=tmp_path, env=environ)

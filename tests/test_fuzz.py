@@ -38,7 +38,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from launcher import mpiexec_or_skip, quiet_environment, run_launcher
+from launcher import mpiexec_or_skip, rank_environment, run_launcher
 from test_reliability_budget import quiet_within
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,8 +144,7 @@ def test_fuzz_one_rank(case, fuzz_dir):
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_fuzz_under_mpiexec(ranks, tmp_path):
     mpiexec = mpiexec_or_skip()
-    env = quiet_environment()
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = rank_environment()
     result = tmp_path / "result.json"
     cmd = [mpiexec, "-n", str(ranks), sys.executable, str(Path(__file__).resolve()),
            "--examples", str(EXAMPLES), "--dir", str(tmp_path), "--result", str(result)]

@@ -19,7 +19,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
-from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
+from launcher import mpiexec_or_skip, rank_environment, run_launcher
 
 from hpcmm.execution.backend import GpuBackend, gpu_count, make_backend, orders
 from hpcmm.dtypes import read_dataset
@@ -398,8 +398,7 @@ def test_one_rank_run_in_every_gemm_order(tmp_path, dtype, tf32, order, prefetch
 @pytest.mark.parametrize("extra, paths", [([], {"ipc"}), (["--ranks-per-node", "1"], {"mpi", "staged"})])
 def test_two_gpus_from_the_command_line(tmp_path, extra, paths):
     out = tmp_path / "two.h5"
-    env = quiet_environment()
-    env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env = rank_environment()
     mpiexec = mpiexec_or_skip(path_first=True)
     proc = run_launcher([mpiexec, "-n", "2", sys.executable, "-m", "hpcmm", "--device", "gpu", "--m", "2053",
                          "--n", "1031", "--k", "999", "--verify", "full", "--save-c", "--out", str(out), *extra],
@@ -416,9 +415,7 @@ def test_two_gpus_from_the_command_line(tmp_path, extra, paths):
 def test_mpi_suite_on_two_gpus():
     """tests/mpi (runs and channels) at 2 ranks with HPCMM_DEVICE=gpu: ipc, mpi/staged, every dtype."""
     pytest.importorskip("pytest_mpi")
-    env = quiet_environment()
-    env["HPCMM_DEVICE"] = "gpu"
-    env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env = rank_environment("gpu")
     mpiexec = mpiexec_or_skip(path_first=True)
     proc = run_launcher([mpiexec, "-n", "2", sys.executable, "-m", "pytest", "--with-mpi", "-q",
                          "-p", "no:cacheprovider", "tests/mpi"], 540, env=env)

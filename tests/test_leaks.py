@@ -37,7 +37,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from launcher import gpu_count, mpiexec_or_skip, quiet_environment, run_launcher
+from launcher import gpu_count, mpiexec_or_skip, rank_environment, run_launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTS = 200
@@ -290,9 +290,7 @@ def problems(report: dict) -> list[str]:
 
 # -- the tests ----------------------------------------------------------------------
 def _env() -> dict[str, str]:
-    env = quiet_environment()
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
+    return rank_environment()
 
 
 def _under_mpiexec(ranks: int, device: str, tmp_path: Path) -> list[dict]:

@@ -14,7 +14,7 @@ import sys
 
 import h5py
 import pytest
-from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
+from launcher import mpiexec_or_skip, rank_environment, run_launcher
 from mpi4py import MPI
 
 from hpcmm.bench import command as bench
@@ -24,10 +24,7 @@ from hpcmm.errors import InputError
 
 
 def _environment() -> dict[str, str]:
-    env = quiet_environment()
-    env["HPCMM_DEVICE"] = "cpu"
-    env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return env
+    return rank_environment("cpu")
 
 
 def test_each_kind_has_its_own_sequence(tmp_path):

@@ -26,11 +26,10 @@ import time
 from pathlib import Path
 
 import pytest
-from launcher import gpu_count, mpiexec_or_skip, quiet_environment
+from launcher import gpu_count, mpiexec_or_skip, rank_environment
 from ranklog import RUNNER, descendants, kill_tree, rank_of, runner_argv, tree_state
 from test_reliability_budget import end_within, hang_within, within
 
-ROOT = Path(__file__).resolve().parents[1]
 # How long a job may take to end once a rank is gone or a signal is sent, and to reach the point
 # where the test strikes: derived from a launch timed here (test_reliability_budget), not fixed.
 
@@ -43,10 +42,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = quiet_environment()  # the ranks run in a temporary directory: hpcmm must import from there
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.update(extra)
-    return env
+    return rank_environment(**extra)  # the ranks run in a temporary directory: hpcmm must import from there
 
 
 class Job:

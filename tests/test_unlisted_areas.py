@@ -29,13 +29,12 @@ rank raises need several ranks: tests/mpi/test_unlisted_areas_mpi.py.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import h5py
 import numpy as np
 import pytest
-from launcher import REPO, find_mpiexec, quiet_environment, run_launcher
+from launcher import REPO, find_mpiexec, rank_environment, run_launcher
 from mpi4py import MPI
 
 import hpcmm
@@ -55,9 +54,7 @@ SMALL = ["--m", "13", "--n", "7", "--k", "5", "--quiet"]
 
 
 def _environment() -> dict[str, str]:
-    env = quiet_environment()
-    env.update(HPCMM_DEVICE="cpu", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
-    return env
+    return rank_environment("cpu")
 
 
 def _read_status(path) -> dict[str, str]:

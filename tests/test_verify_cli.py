@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import h5py
 import pytest
-from launcher import REPO, mpiexec_or_skip, quiet_environment, run_launcher
+from launcher import mpiexec_or_skip, rank_environment, run_launcher
 from ranklog import runner_argv
 from test_reliability_budget import scaled
 
@@ -20,8 +20,7 @@ def mpiexec() -> str:
 
 def corrupted(mpiexec, ranks: int, rank: int, *args):
     """hpcmm at ``ranks`` ranks on the CPU, with 100 added to rank ``rank``'s C[0, 0] before the check."""
-    environ = quiet_environment()
-    environ.update(HPCMM_DEVICE="cpu", PYTHONPATH=":".join(filter(None, [str(REPO), environ.get("PYTHONPATH")])))
+    environ = rank_environment("cpu")
     return run_launcher([mpiexec, "-n", str(ranks), *runner_argv([f"{rank}:verify:corrupt"]), *args],
                         scaled(300), env=environ)
 
