@@ -155,6 +155,7 @@ def test_a_rank_killed_while_it_probes_the_folder_leaves_no_file(tmp_path):
         time.sleep(0.05)
     assert _leftovers(tmp_path) == []
 
+
 #: A rank killed (SIGKILL) while it writes a file of tables (``bench``'s results).
 _KILLED_WHILE_WRITING_TABLES = """
 import os, signal, sys
@@ -180,6 +181,7 @@ def test_a_rank_killed_while_it_writes_a_table_file_leaves_no_file(tmp_path):
     while _leftovers(killed) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list(killed.iterdir()) == []
+
 
 # -- temporary files -----------------------------------------------------------------------
 
