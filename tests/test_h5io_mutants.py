@@ -132,6 +132,18 @@ def test_the_probe_of_a_folder_leaves_no_file_and_no_guard(tmp_path):
     assert list(tmp_path.iterdir()) == [] and h5io.PENDING == set() and h5io._GUARDS == {}
 
 
+def _killed_while_writing(script: str, out) -> None:
+    """Run ``script`` (which kills its own process with SIGKILL partway through a write) on ``out`` in a fresh
+    Python; return once no hidden temporary is left beside ``out``, or after a hang guard."""
+    proc = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    # The guard sees its pipe close and removes the file at once; the wait is a hang guard, stretched with load.
+    deadline = time.monotonic() + scaled(30)
+    while _leftovers(out.parent) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 #: A rank killed (SIGKILL) between creating the probe's file and removing it.
 _KILLED_WHILE_PROBING = """
 import os, signal, sys
@@ -145,14 +157,7 @@ def test_a_rank_killed_while_it_probes_the_folder_leaves_no_file(tmp_path):
     """The probe's file is guarded like every file hpcmm makes: a rank killed halfway through the probe
     (SIGKILL, or the launcher ending the job) leaves no hidden file in the user's folder."""
     h5io.check_output_path(str(tmp_path / "r.h5"), False)
-    proc = subprocess.run([sys.executable, "-c", _KILLED_WHILE_PROBING, str(tmp_path / "r.h5")],
-                          capture_output=True, text=True, cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
-    # The guard sees its pipe close and removes the file at once; the wait is a hang guard, stretched with load.
-    deadline = time.monotonic() + scaled(30)
-    while _leftovers(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _killed_while_writing(_KILLED_WHILE_PROBING, tmp_path / "r.h5")
     assert _leftovers(tmp_path) == []
 
 
@@ -172,14 +177,7 @@ def test_a_rank_killed_while_it_writes_a_table_file_leaves_no_file(tmp_path):
     assert h5io.write_tables_file(str(whole), False, "bench", {"a": [{"x": 1}]}, {}) == str(whole)
     killed = tmp_path / "killed"
     killed.mkdir()
-    proc = subprocess.run([sys.executable, "-c", _KILLED_WHILE_WRITING_TABLES, str(killed / "b.h5")],
-                          capture_output=True, text=True, cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
-    # The guard removes the file once its pipe closes; the wait is a hang guard, stretched with load.
-    deadline = time.monotonic() + scaled(30)
-    while _leftovers(killed) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _killed_while_writing(_KILLED_WHILE_WRITING_TABLES, killed / "b.h5")
     assert list(killed.iterdir()) == []
 
 

@@ -85,10 +85,10 @@ def test_every_tile_is_computed_exactly_once_per_product(mpi_tmp_path):
     on_rank0(check)
 
 
-def _check_share_imbalance(path) -> dict:
+def _check_share_imbalance(path) -> None:
     """``/summary`` ``dynamic_share_imbalance`` against the same figure from ``/timings/tiles`` and each rank's
     block columns in ``/config`` (a rank in the file is its grid position, row-major); both absent where some
-    rank computed no tile.  Returns the summary."""
+    rank computed no tile."""
     with h5py.File(path, "r") as f:
         rows, summary = f["timings/tiles"][()], dict(f["summary"].attrs)
         block_cols = list(f["config"].attrs["block_cols"])
@@ -97,7 +97,6 @@ def _check_share_imbalance(path) -> dict:
     want = dynamic_figures(tiles, range(P), owner_cols=[block_cols[r % layout_cols] for r in range(P)])
     assert ("dynamic_share_imbalance" in summary) == ("dynamic_share_imbalance" in want), (summary, want)
     assert summary.get("dynamic_share_imbalance") == pytest.approx(want.get("dynamic_share_imbalance"))
-    return summary
 
 
 def test_the_summary_weighs_each_tile_by_its_owners_block_columns(mpi_tmp_path, monkeypatch):
